@@ -1,0 +1,16 @@
+"""gmp: geometric parameterization, bidirectional and strong self-normalization in PyTorch.
+
+The package behind the replication book of Chen & Ge (GmP), Lu et al. (BSNN) and SBSNN.
+Public names are exported here; each module's docstring says which paper it implements.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from gmp import config, results
+from gmp.config import load as load_config
+from gmp.config import resolve_device, seed_everything
+
+try:
+    __version__ = version("gmp")
+except PackageNotFoundError:  # a source tree on sys.path, not installed
+    __version__ = "0+unknown"

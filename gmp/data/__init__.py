@@ -1,0 +1,4 @@
+"""Dataset loaders. Files are looked up under ``GMP_DATA`` (default ``~/.cache/gmp``) and
+downloaded from their original public source, with a sha256 check, when missing."""
+
+from gmp.data._fetch import DataUnavailableError, data_root, fetch

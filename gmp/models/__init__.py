@@ -1,0 +1,1 @@
+"""Network builders used by the chapters."""

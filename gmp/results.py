@@ -1,0 +1,348 @@
+"""Cached results with provenance, and the claims ledger.
+
+Layout, for a chapter ``book/<part>/<chapter>.md`` run at some scale::
+
+    book/_results/<chapter>/<scale>/
+        provenance.json     commit, versions, device, date, wall time, config and its digest
+        <name>.json         one payload per result (plain JSON)
+        <name>.npz          optional arrays beside it
+        <chapter>.ipynb     the notebook as papermill executed it
+
+Only ``python -m gmp.runs`` writes there: it sets ``GMP_RESULTS_STAGING`` to a private
+folder, the chapter's :meth:`Store.save` calls write into it, and the runner moves it into
+place when the run succeeds. A chapter built by Jupyter Book, or opened in Colab, only
+reads. A cached result whose config digest differs from the chapter's current config is
+reported as stale, never as current.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import os
+import pkgutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gmp import config as _config
+
+REPRODUCED = "reproduced"
+PARTLY = "partly"
+NOT_REPRODUCED = "not reproduced"
+NOT_RUN = "not yet run at paper scale"
+STALE = "stale: config changed since the paper-scale run"
+VERDICTS: tuple[str, ...] = (REPRODUCED, PARTLY, NOT_REPRODUCED)
+
+STAGING_ENV = "GMP_RESULTS_STAGING"
+ROOT_ENV = "GMP_RESULTS"
+
+
+def repository_root() -> Path | None:
+    """The book's repository (the folder holding ``_toc.yml`` and ``book/``), if we are in one."""
+    starts = [Path.cwd(), Path(__file__).resolve().parent]
+    for start in starts:
+        for folder in (start, *start.parents):
+            if (folder / "_toc.yml").is_file() and (folder / "book").is_dir():
+                return folder
+    return None
+
+
+def results_root() -> Path | None:
+    """``$GMP_RESULTS`` if set, else ``book/_results`` of the repository, else None."""
+    if os.environ.get(ROOT_ENV):
+        return Path(os.environ[ROOT_ENV])
+    root = repository_root()
+    return root / "book" / "_results" if root else None
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=True, allow_nan=True) + "\n").encode())
+
+
+def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{k: np.asarray(v) for k, v in arrays.items()})
+    return buffer.getvalue()
+
+
+def _check_name(name: str) -> None:
+    if not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise ValueError(f"result names are made of letters, digits, '_' and '-', got {name!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cached:
+    """One cached result: ``status`` is "current", "stale" or "absent"."""
+
+    chapter: str
+    name: str
+    scale: str
+    status: str
+    payload: dict[str, Any] | None = None
+    arrays: dict[str, np.ndarray] | None = None
+    provenance: dict[str, Any] | None = None
+
+    @property
+    def current(self) -> bool:
+        return self.status == "current"
+
+    def describe(self) -> str:
+        """One sentence on where this result comes from, for a chapter or the ledger."""
+        if self.status == "absent":
+            return f"Not yet run at {self.scale} scale: run `python -m gmp.runs {self.chapter} --scale {self.scale}`."
+        p = self.provenance or {}
+        when = f"{p.get('date', '?')} on {p.get('device', '?')}, commit {str(p.get('commit', '?'))[:10]}, " \
+               f"gmp {p.get('gmp_version', '?')}, torch {p.get('torch_version', '?')}, " \
+               f"wall time {_duration(p.get('wall_time_s'))}"
+        if self.status == "stale":
+            return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
+                    f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
+                    f"they are not shown as current. Rerun `python -m gmp.runs {self.chapter} --scale {self.scale}`.")
+        return f"{self.scale.capitalize()}-scale results cached {when}."
+
+    def note(self):
+        """An HTML admonition for the chapter (renders in the book, Jupyter and Colab)."""
+        from IPython.display import HTML
+
+        kind = {"current": "note", "stale": "warning", "absent": "important"}[self.status]
+        title = {"current": "Cached paper-scale run", "stale": "Stale cached results",
+                 "absent": "Not yet run at paper scale"}[self.status]
+        if self.scale != "paper":
+            title = title.replace("paper-scale", f"{self.scale}-scale").replace("paper scale", f"{self.scale} scale")
+        return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{html.escape(title)}</p>'
+                    f"<p>{_inline_code(html.escape(self.describe()))}</p></div>")
+
+
+def _inline_code(text: str) -> str:
+    parts = text.split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)):
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Store:
+    """Where a chapter saves its results (under ``gmp.runs``) and reads cached ones.
+
+    ``save`` writes only when the chapter runs under ``python -m gmp.runs``; otherwise it
+    does nothing and returns None, so building the book never changes the repository.
+    ``memo`` makes a long loop resumable: under ``gmp.runs`` each finished unit is appended
+    to a journal that survives an interruption, and a rerun with the same config skips it.
+    """
+
+    def __init__(self, chapter: str, cfg: _config.Config):
+        self.chapter = chapter
+        self.cfg = cfg
+        staging = os.environ.get(STAGING_ENV)
+        self.staging = Path(staging) if staging else None
+        self._journal: dict[str, Any] = {}
+        self._journal_path: Path | None = None
+        if self.staging is not None:
+            root = self.staging.parent
+            self._journal_path = root / "_partial" / f"{cfg.scale}-{cfg.digest}.jsonl"
+            if self._journal_path.is_file():
+                for line in self._journal_path.read_text().splitlines():
+                    try:
+                        entry = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a line cut short by an interruption
+                    self._journal[entry["key"]] = entry["value"]
+
+    def save(self, name: str, payload: Mapping[str, Any],
+             arrays: Mapping[str, np.ndarray] | None = None) -> Path | None:
+        """Save one result (JSON payload, optional arrays) when running under ``gmp.runs``."""
+        _check_name(name)
+        try:
+            json.dumps(payload)
+        except TypeError as err:
+            raise ValueError(f"payload of result {name!r} must be JSON serialisable: {err}") from None
+        if self.staging is None:
+            return None
+        path = self.staging / f"{name}.json"
+        atomic_write_json(path, dict(payload))
+        if arrays:
+            atomic_write_bytes(self.staging / f"{name}.npz", _npz_bytes(arrays))
+        return path
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """Return the journalled value of ``key``, or compute, journal and return it."""
+        if key in self._journal:
+            return self._journal[key]
+        value = compute()
+        line = json.dumps({"key": key, "value": value})
+        self._journal[key] = json.loads(line)["value"]
+        if self._journal_path is not None:
+            self._journal_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self._journal_path, "a") as handle:
+                handle.write(line + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        return value
+
+    def cached(self, name: str, scale: str = "paper") -> Cached:
+        return cached(self.chapter, name, scale)
+
+
+def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
+    """Read the cached result ``name`` of ``chapter`` at ``scale`` and check it is current."""
+    _check_name(name)
+    root = results_root()
+    folder = root / chapter / scale if root else None
+    if folder is None or not (folder / f"{name}.json").is_file() or not (folder / "provenance.json").is_file():
+        return Cached(chapter, name, scale, "absent")
+    provenance = json.loads((folder / "provenance.json").read_text())
+    payload = json.loads((folder / f"{name}.json").read_text())
+    arrays = None
+    if (folder / f"{name}.npz").is_file():
+        with np.load(folder / f"{name}.npz", allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    current = _config.load(chapter, scale).digest
+    status = "current" if provenance.get("config_digest") == current else "stale"
+    return Cached(chapter, name, scale, status, payload, arrays, provenance)
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A claim of a paper that a chapter tests.
+
+    ``check(payload)`` receives the payload of the result ``result`` and returns
+    ``(measurement, verdict)``: a short text of what we measured and one of
+    :data:`VERDICTS`, decided by the stated ``rule``.
+    """
+
+    key: str
+    paper: str
+    text: str
+    result: str
+    rule: str
+    check: Callable[[Mapping[str, Any]], tuple[str, str]]
+
+    def evaluate(self, payload: Mapping[str, Any]) -> tuple[str, str]:
+        measured, verdict = self.check(payload)
+        if verdict not in VERDICTS:
+            raise ValueError(f"claim {self.key!r} returned verdict {verdict!r}, expected one of {VERDICTS}")
+        return measured, verdict
+
+
+PAPERS = {"chen": "Chen & Ge", "lu": "Lu et al.", "sbsnn": "SBSNN"}
+
+
+def _claims_of(chapter: str) -> list[Claim]:
+    return list(getattr(_config.experiment(chapter), "CLAIMS", []))
+
+
+def _paper_scale_cell(chapter: str, claim: Claim) -> tuple[str, str]:
+    entry = cached(chapter, claim.result, "paper")
+    if entry.status == "absent":
+        return "—", NOT_RUN
+    if entry.status == "stale":
+        return "—", STALE
+    return claim.evaluate(entry.payload)
+
+
+def _table(rows: list[dict[str, str]]):
+    from IPython.display import HTML
+
+    if not rows:
+        return HTML("<p>No claims recorded.</p>")
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{v}</td>" for v in row.values()) + "</tr>" for row in rows)
+    return HTML(f'<table class="table gmp-claims"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+
+
+def _verdict_html(verdict: str) -> str:
+    css = verdict.split(":")[0].replace(" ", "-")
+    return f'<span class="verdict verdict-{css}">{html.escape(verdict)}</span>'
+
+
+def claims_table(chapter: str, live: Mapping[str, Mapping[str, Any]], scale: str):
+    """The chapter's claims: our measurement at this build's scale and at paper scale.
+
+    ``live`` maps result names to the payloads computed in this build at ``scale``.
+    """
+    rows = []
+    for claim in _claims_of(chapter):
+        if claim.result not in live:
+            raise ValueError(f"claim {claim.key!r} needs the live result {claim.result!r}; "
+                             f"got results {sorted(live)}")
+        live_measured, live_verdict = claim.evaluate(live[claim.result])
+        paper_measured, paper_verdict = _paper_scale_cell(chapter, claim)
+        rows.append({
+            "Claim": html.escape(claim.text),
+            "Rule": html.escape(claim.rule),
+            f"Ours at this build's scale ({scale})": f"{html.escape(live_measured)}<br>{_verdict_html(live_verdict)}",
+            "Ours at paper scale (cache)": f"{html.escape(paper_measured)}<br>{_verdict_html(paper_verdict)}",
+        })
+    return _table(rows)
+
+
+def experiment_chapters() -> list[str]:
+    """Every chapter with an experiment module, in alphabetical order."""
+    import gmp.experiments
+
+    return sorted(m.name for m in pkgutil.iter_modules(gmp.experiments.__path__))
+
+
+def ledger_rows(link_prefix: str = "") -> list[dict[str, str]]:
+    """One row per claim of every chapter, with the verdict from the paper-scale cache."""
+    rows = []
+    for chapter in experiment_chapters():
+        for claim in _claims_of(chapter):
+            measured, verdict = _paper_scale_cell(chapter, claim)
+            part = _chapter_folder(chapter)
+            link = f'<a href="{link_prefix}{part}/{chapter}.html">{chapter}</a>' if part else chapter
+            rows.append({"Paper": PAPERS.get(claim.paper, claim.paper), "Claim": html.escape(claim.text),
+                         "Rule": html.escape(claim.rule), "Measured at paper scale": html.escape(measured),
+                         "Verdict": _verdict_html(verdict), "Chapter": link})
+    return rows
+
+
+def ledger(link_prefix: str = ""):
+    """The claims ledger of the whole book as an HTML table."""
+    return _table(ledger_rows(link_prefix))
+
+
+def _chapter_folder(chapter: str) -> str | None:
+    root = repository_root()
+    if root is None:
+        return None
+    found = sorted((root / "book").glob(f"*/{chapter}.md"))
+    return found[0].parent.name if found else None
+
+
+def glue(name: str, value: Any, display: bool = False) -> None:
+    """``myst_nb.glue`` when available (book builds), else nothing (Colab, plain Jupyter)."""
+    try:
+        from myst_nb import glue as _glue
+    except ImportError:
+        return
+    _glue(name, value, display=display)
