@@ -2,3 +2,5 @@
 downloaded from their original public source, with a sha256 check, when missing."""
 
 from gmp.data._fetch import DataUnavailableError, data_root, fetch
+from gmp.data.uci import DATASETS as UCI_DATASETS
+from gmp.data.uci import UCISplit, uci
