@@ -9,6 +9,8 @@ from importlib.metadata import PackageNotFoundError, version
 from gmp import config, results
 from gmp.config import load as load_config
 from gmp.config import resolve_device, seed_everything
+from gmp import train
+from gmp.train import EarlyStopping, History, ReduceLROnPlateau, fit
 
 try:
     __version__ = version("gmp")

@@ -1,0 +1,524 @@
+"""The training loop shared by every chapter, with Keras-compatible schedules.
+
+The official code of Chen & Ge is TensorFlow 2 / Keras: ``model.fit`` with
+``ReduceLROnPlateau`` and ``EarlyStopping(restore_best_weights=True)``. :func:`fit`
+reproduces those semantics in PyTorch so that "lr x0.1 after 500 epochs without
+improvement" or "stop after 100 epochs, restoring the best weights" mean what they meant
+there:
+
+* the epoch's training loss is the batch-size weighted mean of the losses of its
+  mini-batches, each computed before that batch's update (as Keras logs ``loss``);
+* validation loss and metrics are computed on the whole validation data at the end of
+  the epoch, in evaluation mode (``val_loss``, ``val_<metric>``);
+* :class:`ReduceLROnPlateau` and :class:`EarlyStopping` compare the monitored value with
+  the best so far exactly as ``keras.callbacks`` does (``min_delta``, ``patience``,
+  ``cooldown``, ``min_lr``, and ``restore_best_weights`` acting when the run is stopped).
+
+A run whose training loss becomes NaN or infinite stops at once, never raises, and is
+recorded in :class:`History` as diverged at that epoch and step.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Union
+
+import torch
+from torch import Tensor, nn
+
+from gmp.progress import bar
+
+Batches = Iterable[tuple[Tensor, Tensor]]
+Data = Union[tuple[Tensor, Tensor], Batches]
+LossFn = Callable[[Tensor, Tensor], Tensor]
+Metric = Callable[[Tensor, Tensor], Union[float, Tensor]]
+EpochCallback = Callable[[int, nn.Module], None]
+StepCallback = Callable[[int, nn.Module], None]
+
+OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
+MODES: tuple[str, ...] = ("auto", "min", "max")
+
+
+def _bce_logits(pred: Tensor, target: Tensor) -> Tensor:
+    return nn.functional.binary_cross_entropy_with_logits(pred, target.reshape(pred.shape).to(pred.dtype))
+
+
+def _cross_entropy(pred: Tensor, target: Tensor) -> Tensor:
+    return nn.functional.cross_entropy(pred, target.long())
+
+
+def _mse(pred: Tensor, target: Tensor) -> Tensor:
+    return nn.functional.mse_loss(pred, target.reshape(pred.shape).to(pred.dtype))
+
+
+def _mae(pred: Tensor, target: Tensor) -> Tensor:
+    return nn.functional.l1_loss(pred, target.reshape(pred.shape).to(pred.dtype))
+
+
+LOSSES: dict[str, LossFn] = {"mse": _mse, "mae": _mae, "bce_logits": _bce_logits,
+                             "cross_entropy": _cross_entropy}
+"""Losses by name. ``bce_logits`` is a sigmoid output with binary cross-entropy, computed
+from the logit; ``cross_entropy`` is a softmax output with categorical cross-entropy."""
+
+
+def accuracy(logits: Tensor, target: Tensor) -> float:
+    """Classification accuracy from logits.
+
+    One output column (or a 1-D output): binary, the predicted class is ``logit > 0``
+    (probability above 1/2). Several columns: the predicted class is the arg-max.
+    """
+    if logits.ndim == 1 or logits.shape[-1] == 1:
+        predicted = (logits.reshape(-1) > 0).long()
+    else:
+        predicted = logits.argmax(dim=-1)
+    return (predicted == target.reshape(-1).long()).double().mean().item()
+
+
+def top_k_accuracy(k: int) -> Metric:
+    """The metric "the target is among the ``k`` largest logits" (top-5 accuracy for k=5)."""
+    if k < 1:
+        raise ValueError(f"top_k_accuracy needs k >= 1, got {k}")
+
+    def metric(logits: Tensor, target: Tensor) -> float:
+        top = logits.topk(k, dim=-1).indices
+        return (top == target.reshape(-1, 1).long()).any(dim=-1).double().mean().item()
+
+    metric.__name__ = f"top{k}_accuracy"
+    return metric
+
+
+def rmse(pred: Tensor, target: Tensor) -> float:
+    """Root mean squared error."""
+    return (pred.reshape(-1) - target.reshape(-1).to(pred.dtype)).pow(2).mean().sqrt().item()
+
+
+def _resolve_mode(mode: str, monitor: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "auto":  # Keras: quantities named like accuracies are maximised
+        return "max" if "acc" in monitor or monitor.endswith("auc") else "min"
+    return mode
+
+
+@dataclasses.dataclass
+class _Monitored:
+    monitor: str
+    mode: str
+    min_delta: float
+    patience: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.monitor, str) or not self.monitor:
+            raise ValueError(f"monitor must be a quantity name such as 'loss', 'val_loss' or "
+                             f"'val_accuracy', got {self.monitor!r}")
+        if isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 0:
+            raise ValueError(f"patience must be an integer >= 0, got {self.patience!r}")
+        if not self.min_delta >= 0:
+            raise ValueError(f"min_delta must be >= 0, got {self.min_delta!r}")
+        self.mode = _resolve_mode(self.mode, self.monitor)
+
+    def improved(self, current: float, best: float) -> bool:
+        """Keras' test: ``current < best - min_delta`` (min) or ``current > best + min_delta`` (max)."""
+        if self.mode == "min":
+            return current < best - self.min_delta
+        return current > best + self.min_delta
+
+    def initial_best(self) -> float:
+        return math.inf if self.mode == "min" else -math.inf
+
+
+@dataclasses.dataclass
+class ReduceLROnPlateau(_Monitored):
+    """Multiply the learning rate by ``factor`` when ``monitor`` stops improving.
+
+    Same rule and defaults as ``keras.callbacks.ReduceLROnPlateau``: after each epoch,
+    an improvement is ``current < best - min_delta`` (mode "min"; ``>`` ``best + min_delta``
+    in mode "max"); ``patience`` epochs in a row without one reduce the rate to
+    ``max(lr * factor, min_lr)`` and start a ``cooldown`` during which epochs are not counted.
+    """
+
+    monitor: str = "val_loss"
+    factor: float = 0.1
+    patience: int = 10
+    mode: str = "auto"
+    min_delta: float = 1e-4
+    cooldown: int = 0
+    min_lr: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.factor < 1:
+            raise ValueError(f"ReduceLROnPlateau factor must be in (0, 1), got {self.factor!r}")
+        if isinstance(self.cooldown, bool) or not isinstance(self.cooldown, int) or self.cooldown < 0:
+            raise ValueError(f"cooldown must be an integer >= 0, got {self.cooldown!r}")
+        if not self.min_lr >= 0:
+            raise ValueError(f"min_lr must be >= 0, got {self.min_lr!r}")
+
+
+@dataclasses.dataclass
+class EarlyStopping(_Monitored):
+    """Stop when ``monitor`` has not improved for ``patience`` epochs.
+
+    Same rule and defaults as ``keras.callbacks.EarlyStopping``: each epoch increments a
+    wait counter, an improvement (``current < best - min_delta`` in mode "min") resets it
+    and, with ``restore_best_weights``, snapshots the weights; the run stops when the
+    counter reaches ``patience`` (never after the first epoch), and the best weights are
+    then restored. As in Keras, a run that reaches its last epoch without being stopped
+    keeps its final weights.
+    """
+
+    monitor: str = "val_loss"
+    patience: int = 0
+    mode: str = "auto"
+    min_delta: float = 0.0
+    restore_best_weights: bool = False
+
+
+@dataclasses.dataclass
+class History:
+    """What happened during :func:`fit`, epoch by epoch (epochs are counted from 0).
+
+    ``train_loss[e]``, ``val_loss[e]``, ``metrics[name][e]`` and ``lr[e]`` belong to epoch
+    ``e``; ``lr[e]`` is the rate used during that epoch. ``val_loss`` and ``metrics`` are
+    empty without validation data. ``best_epoch`` and ``best_value`` are those of the early
+    stopping monitor (None without early stopping). A diverged run (non-finite training
+    loss) has ``diverged`` True, ``diverged_epoch`` and ``diverged_step`` (the global step,
+    from 0) where it happened; its lists end with that epoch, whose values are NaN.
+    """
+
+    train_loss: list[float] = dataclasses.field(default_factory=list)
+    val_loss: list[float] = dataclasses.field(default_factory=list)
+    metrics: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    lr: list[float] = dataclasses.field(default_factory=list)
+    steps: int = 0
+    best_epoch: int | None = None
+    best_value: float | None = None
+    stopped_early: bool = False
+    stopped_epoch: int | None = None
+    restored_best: bool = False
+    diverged: bool = False
+    diverged_epoch: int | None = None
+    diverged_step: int | None = None
+    wall_time_s: float = 0.0
+
+    @property
+    def epochs(self) -> int:
+        """Number of epochs run (the diverged one included)."""
+        return len(self.train_loss)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (non-finite numbers become None)."""
+        def clean(value: Any) -> Any:
+            if isinstance(value, float):
+                return value if math.isfinite(value) else None
+            if isinstance(value, list):
+                return [clean(v) for v in value]
+            if isinstance(value, dict):
+                return {k: clean(v) for k, v in value.items()}
+            return value
+
+        return {f.name: clean(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> History:
+        """Inverse of :meth:`to_dict` (None in the per-epoch lists comes back as NaN)."""
+        def nan(values: Sequence[Any]) -> list[float]:
+            return [math.nan if v is None else float(v) for v in values]
+
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"History.from_dict got unknown fields {sorted(unknown)}")
+        values = dict(data)
+        for key in ("train_loss", "val_loss", "lr"):
+            if key in values:
+                values[key] = nan(values[key])
+        if "metrics" in values:
+            values["metrics"] = {k: nan(v) for k, v in values["metrics"].items()}
+        return cls(**values)
+
+
+def _as_tensor_pair(data: Any, what: str) -> tuple[Tensor, Tensor] | None:
+    """``(x, y)`` when ``data`` is a pair of tensors (checked), None for an iterable of batches."""
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, Tensor) for t in data):
+        x, y = data
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"{what}: inputs have {x.shape[0]} rows but targets have {y.shape[0]}")
+        if x.shape[0] == 0:
+            raise ValueError(f"{what}: no examples")
+        return x, y
+    if isinstance(data, Tensor) or not isinstance(data, Iterable):
+        raise ValueError(f"{what} must be a pair (inputs, targets) of tensors or an iterable of "
+                         f"(inputs, targets) batches such as a DataLoader, got {type(data).__name__}")
+    return None
+
+
+def _cast(t: Tensor, device: torch.device | None, dtype: torch.dtype | None) -> Tensor:
+    if t.is_floating_point() and dtype is not None:
+        return t.to(device=device, dtype=dtype)
+    return t.to(device=device)
+
+
+def predict(model: nn.Module, x: Tensor, *, batch_size: int | None = None) -> Tensor:
+    """The model's outputs on ``x`` in evaluation mode without gradients, in batches.
+
+    The model's training/evaluation mode is restored afterwards.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            if batch_size is None:
+                return model(x)
+            return torch.cat([model(x[i:i + batch_size]) for i in range(0, x.shape[0], batch_size)])
+    finally:
+        model.train(was_training)
+
+
+def evaluate(model: nn.Module, data: Data, *, loss: str | LossFn = "mse",
+             metrics: Mapping[str, Metric] | None = None, batch_size: int | None = None,
+             device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> dict[str, float]:
+    """Loss and metrics of ``model`` on ``data`` in evaluation mode: ``{"loss": ..., name: ...}``.
+
+    All predictions are gathered first, so every metric (also non-decomposable ones such as
+    RMSE) is computed on the whole data.
+    """
+    loss_fn = _loss(loss)
+    device = torch.device(device) if device is not None else None
+    pair = _as_tensor_pair(data, "evaluation data")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            if pair is not None:
+                x, y = (_cast(t, device, dtype) for t in pair)
+                pred = predict(model, x, batch_size=batch_size)
+            else:
+                preds, targets = [], []
+                for xb, yb in data:
+                    preds.append(model(_cast(xb, device, dtype)))
+                    targets.append(_cast(yb, device, dtype))
+                pred, y = torch.cat(preds), torch.cat(targets)
+            out = {"loss": float(loss_fn(pred, y).item())}
+            for name, fn in (metrics or {}).items():
+                value = fn(pred, y)
+                out[name] = float(value.item() if isinstance(value, Tensor) else value)
+    finally:
+        model.train(was_training)
+    return out
+
+
+def _loss(loss: str | LossFn) -> LossFn:
+    if isinstance(loss, str):
+        if loss not in LOSSES:
+            raise ValueError(f"unknown loss {loss!r}: expected one of {', '.join(LOSSES)} or a callable")
+        return LOSSES[loss]
+    if not callable(loss):
+        raise ValueError(f"loss must be a name ({', '.join(LOSSES)}) or a callable, got {loss!r}")
+    return loss
+
+
+def _optimizer(name: str, params: Iterable[Tensor], lr: float, momentum: float,
+               options: Mapping[str, Any] | None) -> torch.optim.Optimizer:
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
+    if not lr > 0:
+        raise ValueError(f"learning rate must be > 0, got {lr!r}")
+    if not momentum >= 0:
+        raise ValueError(f"momentum must be >= 0, got {momentum!r}")
+    if name == "adam":
+        if momentum:
+            raise ValueError("momentum applies to optimizer='sgd'; Adam's are betas in optimizer_options")
+        return torch.optim.Adam(params, lr=lr, **dict(options or {}))
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, **dict(options or {}))
+
+
+def _batches(x: Tensor, y: Tensor, batch_size: int | None, generator: torch.Generator | None):
+    n = x.shape[0]
+    if batch_size is None or batch_size >= n:
+        yield x, y
+        return
+    order = torch.randperm(n, generator=generator).to(x.device) if generator is not None else torch.arange(n, device=x.device)
+    for start in range(0, n, batch_size):
+        index = order[start:start + batch_size]
+        yield x[index], y[index]
+
+
+def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def fit(model: nn.Module, train: Data, *, epochs: int, lr: float, loss: str | LossFn = "mse",
+        optimizer: str = "adam", momentum: float = 0.0, optimizer_options: Mapping[str, Any] | None = None,
+        batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+        augment: Callable[[Tensor], Tensor] | None = None,
+        validation: Data | None = None, metrics: Mapping[str, Metric] | None = None,
+        eval_batch_size: int | None = None,
+        plateau: ReduceLROnPlateau | None = None, early_stopping: EarlyStopping | None = None,
+        callbacks: Sequence[EpochCallback] = (), step_callbacks: Sequence[StepCallback] = (),
+        dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+        progress: bool | None = None, description: str | None = None) -> History:
+    """Train ``model`` in place and return its :class:`History`.
+
+    Data. ``train`` is a pair ``(x, y)`` of tensors, cut into mini-batches of ``batch_size``
+    rows (``None``: the full batch, one step per epoch), reshuffled every epoch by a
+    generator seeded with ``seed`` when ``shuffle``; or any iterable of ``(x, y)`` batches
+    (a ``DataLoader``), iterated once per epoch. ``augment`` maps each training input batch
+    (e.g. random flips). ``validation`` has the same forms; its loss and ``metrics``
+    (``name -> fn(pred, target)``, e.g. ``{"accuracy": gmp.train.accuracy}``) are logged
+    as ``val_loss`` and ``val_<name>`` after every epoch.
+
+    Optimisation. ``optimizer`` is "adam" or "sgd" (with ``momentum``); further keyword
+    arguments of the torch optimiser go in ``optimizer_options`` (e.g. ``{"eps": 1e-7}``,
+    Keras' Adam epsilon). ``loss`` is a name in :data:`LOSSES` or ``fn(pred, target)``.
+
+    Schedules. ``plateau`` (:class:`ReduceLROnPlateau`) and ``early_stopping``
+    (:class:`EarlyStopping`) monitor "loss" (the epoch's training loss), "val_loss" or
+    "val_<metric>", with Keras' semantics (see the module docstring). The learning rate is
+    reduced before the early-stopping check of the same epoch, as when Keras' callbacks
+    are listed in that order.
+
+    Hooks. After every epoch ``callback(epoch, model)`` is called for each of ``callbacks``
+    (epochs from 0; the model is in training mode, after the epoch's last update).
+    ``step_callback(step, model)`` is called for each of ``step_callbacks`` after every
+    backward pass and before the optimiser's update, so gradients are visible
+    (steps counted from 0 over the whole run).
+
+    Precision and place. ``dtype`` (e.g. ``torch.float64``) converts the model and the
+    floating-point data; ``device`` moves both; None leaves them as they are.
+
+    ``progress``: None shows a bar only in a terminal (quiet in book builds), False never,
+    True always.
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be None (full batch) or an integer >= 1, got {batch_size!r}")
+    loss_fn = _loss(loss)
+    metrics = dict(metrics or {})
+    for name, fn in metrics.items():
+        if not callable(fn):
+            raise ValueError(f"metric {name!r} must be a callable fn(pred, target), got {fn!r}")
+    pair = _as_tensor_pair(train, "training data")
+    if pair is None and batch_size is not None:
+        raise ValueError("batch_size applies to tensor data; an iterable of batches is used as it is")
+    has_val = validation is not None
+    if has_val:
+        _as_tensor_pair(validation, "validation data")
+    known = ["loss"] + (["val_loss"] + [f"val_{name}" for name in metrics] if has_val else [])
+    for schedule in (plateau, early_stopping):
+        if schedule is not None and schedule.monitor not in known:
+            raise ValueError(f"cannot monitor {schedule.monitor!r}: the quantities logged in this run are "
+                             f"{', '.join(known)} (val_* need validation data, val_<name> a metric <name>)")
+
+    device = torch.device(device) if device is not None else None
+    if dtype is not None or device is not None:
+        model.to(device=device, dtype=dtype)
+    if pair is not None:
+        x, y = (_cast(t, device, dtype) for t in pair)
+    opt = _optimizer(optimizer, model.parameters(), lr, momentum, optimizer_options)
+    generator = torch.Generator().manual_seed(seed) if shuffle else None
+
+    history = History(metrics={name: [] for name in metrics} if has_val else {})
+    plateau_best = plateau.initial_best() if plateau else math.nan
+    plateau_wait = plateau_cooldown = 0
+    stop_best = early_stopping.initial_best() if early_stopping else math.nan
+    stop_wait = 0
+    best_state: dict[str, Tensor] | None = None
+    current_lr = float(lr)
+    step = 0
+    start = time.perf_counter()
+    model.train()
+    epochs_bar = bar(range(epochs), desc=description, leave=False,
+                     disable=None if progress is None else not progress)
+    for epoch in epochs_bar:
+        total, count, diverged = 0.0, 0, False
+        batches = _batches(x, y, batch_size, generator) if pair is not None else (
+            (_cast(xb, device, dtype), _cast(yb, device, dtype)) for xb, yb in train)
+        for xb, yb in batches:
+            if augment is not None:
+                xb = augment(xb)
+            opt.zero_grad(set_to_none=True)
+            value = loss_fn(model(xb), yb)
+            if not torch.isfinite(value).item():
+                diverged = True
+                break
+            value.backward()
+            for hook in step_callbacks:
+                hook(step, model)
+            opt.step()
+            total += value.item() * xb.shape[0]
+            count += xb.shape[0]
+            step += 1
+        history.lr.append(current_lr)
+        if diverged:
+            history.train_loss.append(math.nan)
+            if has_val:
+                history.val_loss.append(math.nan)
+                for name in metrics:
+                    history.metrics[name].append(math.nan)
+            history.diverged, history.diverged_epoch, history.diverged_step = True, epoch, step
+            if early_stopping is not None and early_stopping.restore_best_weights and best_state is not None:
+                model.load_state_dict(best_state)
+                history.restored_best = True
+            break
+        if count == 0:
+            raise ValueError("the training data yielded no batch in an epoch")
+        logs = {"loss": total / count}
+        history.train_loss.append(logs["loss"])
+        if has_val:
+            val = evaluate(model, validation, loss=loss_fn, metrics=metrics, batch_size=eval_batch_size,
+                           device=device, dtype=dtype)
+            logs["val_loss"] = val["loss"]
+            history.val_loss.append(val["loss"])
+            for name in metrics:
+                logs[f"val_{name}"] = val[name]
+                history.metrics[name].append(val[name])
+        history.steps = step
+
+        if plateau is not None:
+            current = logs[plateau.monitor]
+            if plateau_cooldown > 0:
+                plateau_cooldown -= 1
+                plateau_wait = 0
+            if plateau.improved(current, plateau_best):
+                plateau_best, plateau_wait = current, 0
+            elif plateau_cooldown == 0:
+                plateau_wait += 1
+                if plateau_wait >= plateau.patience and current_lr > plateau.min_lr:
+                    current_lr = max(current_lr * plateau.factor, plateau.min_lr)
+                    _set_lr(opt, current_lr)
+                    plateau_cooldown, plateau_wait = plateau.cooldown, 0
+
+        stop = False
+        if early_stopping is not None:
+            current = logs[early_stopping.monitor]
+            if early_stopping.restore_best_weights and best_state is None:
+                best_state = copy.deepcopy(model.state_dict())
+            stop_wait += 1
+            if early_stopping.improved(current, stop_best):
+                stop_best, stop_wait = current, 0
+                history.best_epoch, history.best_value = epoch, float(current)
+                if early_stopping.restore_best_weights:
+                    best_state = copy.deepcopy(model.state_dict())
+            elif stop_wait >= early_stopping.patience and epoch > 0:
+                stop = True
+
+        for callback in callbacks:
+            callback(epoch, model)
+        epochs_bar.set_postfix(loss=f"{logs['loss']:.4g}", lr=f"{current_lr:.2g}", refresh=False)
+        if stop:
+            history.stopped_early, history.stopped_epoch = True, epoch
+            if early_stopping.restore_best_weights and best_state is not None:
+                model.load_state_dict(best_state)
+                history.restored_best = True
+            break
+    epochs_bar.close()
+    history.steps = step
+    history.wall_time_s = time.perf_counter() - start
+    return history
