@@ -4,3 +4,4 @@ downloaded from their original public source, with a sha256 check, when missing.
 from gmp.data._fetch import DataUnavailableError, data_root, fetch
 from gmp.data.uci import DATASETS as UCI_DATASETS
 from gmp.data.uci import UCISplit, uci
+from gmp.data.classification import cifar10, digits, mnist, mnist1d
