@@ -1,0 +1,35 @@
+# The two commands of README.md:  make book  (build the book)  and  make test  (run the tests).
+# Both create the virtual environment .venv when it is missing.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SCALE ?= small
+# The default build goes to _build/html; other scales get their own folder and execution cache.
+OUT := $(if $(filter small,$(SCALE)),.,_build/$(SCALE))
+MATHJAX := book/_static/mathjax/tex-chtml.js
+
+.PHONY: book test clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[book,test]'
+	touch $@
+
+# MathJax 3 from the npm registry, served by the built book so math typesets offline.
+$(MATHJAX):
+	rm -rf book/_static/mathjax _build/mathjax-pack && mkdir -p _build/mathjax-pack
+	cd _build/mathjax-pack && npm pack --silent mathjax@3 > /dev/null && tar -xzf mathjax-*.tgz
+	mv _build/mathjax-pack/package/es5 book/_static/mathjax && rm -rf _build/mathjax-pack
+
+book: $(VENV)/.installed $(MATHJAX)
+	$(PY) -m gmp.bookcache --path-output $(OUT)
+	GMP_SCALE=$(SCALE) $(VENV)/bin/jupyter-book build . --path-output $(OUT) -W -n --keep-going
+	@echo "The book is in $(OUT)/_build/html/index.html"
+
+test: $(VENV)/.installed $(MATHJAX)
+	$(PY) -m pytest
+
+clean:
+	rm -rf _build

@@ -1,0 +1,135 @@
+"""Run a chapter with papermill and cache its results with provenance.
+
+    python -m gmp.runs CHAPTER --scale paper [--device cuda] [--seed 0]
+
+The chapter's paired notebook ``book/<part>/CHAPTER.ipynb`` is executed with its
+``parameters`` cell overridden. Everything the chapter saves with
+``gmp.results.Store.save`` lands in a private staging folder; when the run succeeds, the
+executed notebook and ``provenance.json`` join it and the folder replaces
+``book/_results/CHAPTER/<scale>/``. A failed or interrupted run leaves the previous cache
+untouched, and the journal of finished units (``Store.memo``) lets the next run resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import gmp
+from gmp import config as _config
+from gmp import results as _results
+from gmp.progress import PROGRESS_ENV
+
+
+def chapter_notebook(chapter: str, root: Path) -> Path:
+    """The paired notebook of ``chapter`` under ``root/book``."""
+    found = sorted((root / "book").glob(f"*/{chapter}.ipynb"))
+    if not found:
+        known = sorted(p.stem for p in (root / "book").glob("*/*.ipynb"))
+        raise ValueError(f"no chapter notebook book/*/{chapter}.ipynb; chapters: {', '.join(known) or 'none'}")
+    return found[0]
+
+
+def git_commit(root: Path) -> str:
+    """``HEAD``'s commit, with ``+dirty`` when tracked files differ from it."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Path | None = None,
+        kernel: str = "python3") -> Path:
+    """Execute ``chapter`` at ``scale`` and return the folder its results were cached in."""
+    import papermill
+
+    root = root or _results.repository_root()
+    if root is None:
+        raise ValueError("run gmp.runs from inside the book's repository (the folder with _toc.yml)")
+    notebook = chapter_notebook(chapter, root)
+    cfg = _config.load(chapter, scale)
+    resolved = _config.resolve_device(device)
+    results_dir = (_results.results_root() or root / "book" / "_results") / chapter
+    staging = results_dir / f".staging-{scale}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    started = time.time()
+    env = {_results.STAGING_ENV: str(staging), PROGRESS_ENV: "1", "GMP_SCALE": scale}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        papermill.execute_notebook(
+            str(notebook), str(staging / notebook.name),
+            parameters={"SCALE": scale, "DEVICE": device, "SEED": seed},
+            cwd=str(notebook.parent), kernel_name=kernel, progress_bar=True,
+        )
+    except BaseException:
+        failed = results_dir / "_partial" / f"failed-{scale}-{notebook.name}"
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        if (staging / notebook.name).is_file():
+            shutil.move(staging / notebook.name, failed)
+            print(f"gmp.runs: {chapter} failed; the executed notebook is at {failed}. Finished units "
+                  f"are journalled and a rerun resumes from them.", file=sys.stderr)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    provenance = {
+        "chapter": chapter, "scale": scale, "seed": seed, "device": describe_device(resolved),
+        "commit": git_commit(root), "gmp_version": gmp.__version__, "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "wall_time_s": round(time.time() - started, 1), "config": cfg.as_dict(), "config_digest": cfg.digest,
+        "command": f"python -m gmp.runs {chapter} --scale {scale} --device {device} --seed {seed}",
+    }
+    _results.atomic_write_json(staging / "provenance.json", provenance)
+    final = results_dir / scale
+    old = results_dir / f".old-{scale}-{os.getpid()}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staging, final)
+    shutil.rmtree(old, ignore_errors=True)
+    (results_dir / "_partial" / f"{scale}-{cfg.digest}.jsonl").unlink(missing_ok=True)
+    return final
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gmp.runs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("chapter", help="chapter name, e.g. chen_uci (the stem of book/<part>/<chapter>.md)")
+    parser.add_argument("--scale", default="paper", choices=_config.SCALES)
+    parser.add_argument("--device", default="auto", help="'auto' (default), 'cpu' or 'cuda'")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        final = run(args.chapter, args.scale, args.device, args.seed)
+    except ValueError as err:
+        parser.error(str(err))
+    print(f"gmp.runs: cached {args.chapter} at {args.scale} scale in {final}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
