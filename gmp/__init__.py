@@ -11,6 +11,10 @@ from gmp.config import load as load_config
 from gmp.config import resolve_device, seed_everything
 from gmp import train
 from gmp.train import EarlyStopping, History, ReduceLROnPlateau, fit
+from gmp import gpn, propagation
+from gmp.gpn import GPN, gaussian_moments, gpn_constants, hermite_coefficients, make_activation
+from gmp.models.deep import DeepMLP, deep_mlp
+from gmp.propagation import Propagation, gradient_norm_ratio, parameter_gradient_norms, propagate
 
 try:
     __version__ = version("gmp")

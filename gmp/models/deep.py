@@ -1,0 +1,151 @@
+"""Deep fully connected networks of Lu et al. (BSNN): Definition 1 with constrained weights.
+
+``h^(l) = W^(l) x^(l)`` and ``x^(l+1) = phi(h^(l))`` for ``l = 1, ..., L`` (Eq. (1)), with
+square ``n x n`` weights that are exactly orthogonal (Section 2.1; Haar-distributed at
+initialisation, Assumption 2), row-normalised (the relaxation of Section 3.2, Eq. (55):
+``W = (v_1/||v_1||, ..., v_n/||v_n||)^T``) or plain Gaussian. Optionally batch
+normalisation before the activation ("-BN" in Table 2), and one unconstrained linear layer
+at the bottom and one at the top to fit the input and output dimensions (Section 3.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrizations, parametrize
+
+from gmp.gpn import make_activation
+
+__all__ = ["DeepMLP", "RowNormalized", "deep_mlp", "WEIGHTS"]
+
+WEIGHTS: tuple[str, ...] = ("orthogonal", "row_normalized", "gaussian")
+
+
+class RowNormalized(nn.Module):
+    """Parametrization ``W = (v_i / ||v_i||_2)_i``: every row has unit norm (Eq. (55) of Lu et al.)."""
+
+    def forward(self, V: torch.Tensor) -> torch.Tensor:
+        return V / V.norm(dim=1, keepdim=True)
+
+
+class DeepMLP(nn.Module):
+    """A depth-``L`` network of width ``n`` in the sense of Definition 1 of Lu et al.
+
+    ``layers[l]`` is the ``n x n`` linear map ``W^(l+1)`` (0-based list, 1-based paper),
+    ``norms[l]`` the optional batch normalisation applied to ``h^(l+1)``, ``phi`` the
+    activation, ``first``/``last`` the optional unconstrained input and output layers.
+    """
+
+    def __init__(self, layers: nn.ModuleList, phi: nn.Module, norms: nn.ModuleList | None,
+                 first: nn.Linear | None, last: nn.Linear | None, weights: str):
+        super().__init__()
+        self.layers = layers
+        self.phi = phi
+        self.norms = norms
+        self.first = first
+        self.last = last
+        self.weights = weights
+
+    @property
+    def width(self) -> int:
+        return self.layers[0].in_features
+
+    @property
+    def depth(self) -> int:
+        return len(self.layers)
+
+    def pre_activation(self, l: int, x: torch.Tensor) -> torch.Tensor:
+        """``h^(l+1)`` from ``x^(l+1)`` for the 0-based layer index ``l`` (after BN if any)."""
+        h = self.layers[l](x)
+        return self.norms[l](h) if self.norms is not None else h
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.first is not None:
+            x = self.first(x)
+        for l in range(self.depth):
+            x = self.phi(self.pre_activation(l, x))
+        if self.last is not None:
+            x = self.last(x)
+        return x
+
+    def square_weights(self) -> list[torch.Tensor]:
+        """The effective (constrained) matrices ``W^(1), ..., W^(L)``."""
+        return [layer.weight for layer in self.layers]
+
+    def free_parameters(self) -> list[torch.Tensor]:
+        """The unconstrained tensors the optimiser updates for each square layer: ``V`` for
+        row-normalised weights (Eq. (56) of Lu et al.), the trivialisation's parameter for
+        orthogonal ones, ``W`` itself for Gaussian ones."""
+        out = []
+        for layer in self.layers:
+            if parametrize.is_parametrized(layer, "weight"):
+                out.append(layer.parametrizations.weight.original)
+            else:
+                out.append(layer.weight)
+        return out
+
+
+def _haar_orthogonal_(weight: torch.Tensor, generator: torch.Generator | None) -> None:
+    """Fill a square matrix with a Haar-distributed orthogonal matrix (QR of a Gaussian
+    matrix with the signs of R's diagonal absorbed, Mezzadri 2007)."""
+    with torch.no_grad():
+        g = torch.randn(weight.shape, generator=generator, dtype=torch.float64)
+        q, r = torch.linalg.qr(g)
+        q = q * torch.sign(torch.diagonal(r)).unsqueeze(0)
+        weight.copy_(q.to(weight.dtype))
+
+
+def deep_mlp(width: int, depth: int, activation: str | nn.Module | Callable[[torch.Tensor], torch.Tensor],
+             weights: str = "orthogonal", batchnorm: bool = False, in_features: int | None = None,
+             out_features: int | None = None, bias: bool = False, parametrized: bool = True,
+             dtype: torch.dtype | None = None, generator: torch.Generator | None = None) -> DeepMLP:
+    """Build the deep network of Lu et al. (Definition 1, Eq. (1)).
+
+    ``activation``: a paper name (``"Tanh"``, ``"ReLU"``, ``"LeakyReLU"``, ``"ELU"``,
+    ``"SELU"``, ``"GELU"``), optionally suffixed ``"-GPN"``, or a module / callable.
+    ``weights``: ``"orthogonal"`` (exactly orthogonal during training via
+    ``torch.nn.utils.parametrizations.orthogonal``, Haar-random at initialisation),
+    ``"row_normalized"`` (Eq. (55), ``V`` Gaussian at initialisation) or ``"gaussian"``
+    (``N(0, 1/n)`` entries, unconstrained). ``batchnorm`` inserts ``BatchNorm1d`` between
+    each square layer and the activation. ``in_features``/``out_features`` add one
+    unconstrained ``nn.Linear`` (PyTorch default initialisation, no activation after it) at
+    the bottom / top, as in Section 3.2. ``bias`` applies to every linear layer; the paper
+    omits biases (Definition 1). ``parametrized=False`` keeps the initial weights (Haar
+    orthogonal or row-normalised) as plain parameters without the parametrization, which
+    is exact and much cheaper for untrained networks (Section 3.1) but does not keep the
+    constraint under training. ``dtype`` (default: torch's default dtype) is used for every
+    parameter; ``generator`` seeds the square weights.
+    """
+    if not isinstance(width, int) or width < 1 or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"width and depth must be positive integers, got {width!r} and {depth!r}")
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+    for name, value in (("in_features", in_features), ("out_features", out_features)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+    phi = make_activation(activation)
+    layers = nn.ModuleList()
+    for _ in range(depth):
+        layer = nn.Linear(width, width, bias=bias, dtype=dtype)
+        if bias:
+            nn.init.zeros_(layer.bias)
+        if weights == "orthogonal":
+            _haar_orthogonal_(layer.weight, generator)
+            if parametrized:
+                parametrizations.orthogonal(layer)
+        else:
+            with torch.no_grad():
+                layer.weight.normal_(0.0, width ** -0.5, generator=generator)
+            if weights == "row_normalized":
+                if parametrized:
+                    parametrize.register_parametrization(layer, "weight", RowNormalized())
+                else:
+                    with torch.no_grad():
+                        layer.weight.copy_(RowNormalized()(layer.weight))
+        layers.append(layer)
+    norms = nn.ModuleList(nn.BatchNorm1d(width, dtype=dtype) for _ in range(depth)) if batchnorm else None
+    first = nn.Linear(in_features, width, bias=bias, dtype=dtype) if in_features is not None else None
+    last = nn.Linear(width, out_features, bias=bias, dtype=dtype) if out_features is not None else None
+    return DeepMLP(layers, phi, norms, first, last, weights)
