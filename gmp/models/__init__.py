@@ -1,3 +1,4 @@
 """Network builders used by the chapters."""
 
+from gmp.models.mlp import PARAMS, mlp
 from gmp.models.deep import DeepMLP, deep_mlp

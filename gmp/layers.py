@@ -1,0 +1,227 @@
+"""Geometric parameterization (GmP) layers and input mean normalization (Chen & Ge, Sec. 3).
+
+- :class:`GmPLinear`: ``z = r * act(u(theta) . (x - E[x]) + lam)``, Eqs. (10)-(11).
+- :class:`MeanNorm`: subtract the batch mean (running mean in evaluation), Sec. 3.2.
+- :func:`convert`: turn every ``nn.Linear`` followed by ``nn.ReLU`` of a network into a
+  :class:`GmPLinear` computing the same function.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gmp.hyperspherical import angles_to_unit, unit_to_angles, uniform_directions
+
+__all__ = ["GmPLinear", "MeanNorm", "convert", "INITS"]
+
+INITS: tuple[str, ...] = ("uniform", "glorot")
+"""GmP initialisations: "uniform" (paper text, Sec. 3.3) and "glorot" (official code)."""
+
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "identity": lambda s: s,
+}
+
+
+class MeanNorm(nn.Module):
+    """Input mean normalization, Sec. 3.2 of Chen & Ge: ``x - E[x]``, no affine parameters.
+
+    In training the mean is taken over the batch (and, for inputs of shape
+    ``(N, C, *spatial)``, over the spatial axes) and the running mean is updated as
+    ``running = (1 - momentum) * running + momentum * batch_mean``; in evaluation the
+    running mean (initialised to zero) is subtracted. Gradients flow through the batch
+    mean, as in batch normalization.
+    """
+
+    def __init__(self, num_features: int, momentum: float = 0.01,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        super().__init__()
+        if not isinstance(num_features, int) or num_features < 1:
+            raise ValueError(f"num_features must be an int >= 1, got {num_features!r}")
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"momentum must lie in [0, 1], got {momentum!r}")
+        self.num_features = num_features
+        self.momentum = momentum
+        self.register_buffer("running_mean", torch.zeros(num_features, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() < 2 or x.shape[1] != self.num_features:
+            raise ValueError(f"MeanNorm({self.num_features}) expects input of shape (N, {self.num_features}, *), "
+                             f"got {tuple(x.shape)}")
+        shape = (1, self.num_features) + (1,) * (x.dim() - 2)
+        if self.training:
+            axes = [0] + list(range(2, x.dim()))
+            mean = x.mean(dim=axes)
+            with torch.no_grad():
+                self.running_mean.mul_(1.0 - self.momentum).add_(mean.detach(), alpha=self.momentum)
+            return x - mean.view(shape)
+        return x - self.running_mean.view(shape)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, momentum={self.momentum}"
+
+
+class GmPLinear(nn.Module):
+    """A layer of geometrically parameterized units, Eqs. (10)-(11) of Chen & Ge.
+
+    ``z = r * act(u(theta) . (x - E[x]) + lam)`` with ``u(theta)`` the unit vector of
+    Eq. (6) (computed by :func:`gmp.angles_to_unit`), one characteristic radius ``lam``
+    and one scale ``r`` per unit. The boundary of unit ``i`` is
+    ``{x : u_i . x + lam_i = 0}`` (Eq. (7)), with spatial location ``phi_i = -lam_i u_i``.
+
+    Args:
+        in_features: input size ``n`` (>= 1). With ``n = 1`` the direction is a fixed
+            sign per unit (a buffer, no gradient); only ``lam`` and ``r`` learn.
+        out_features: number of units.
+        activation: "relu", "identity" or a callable applied elementwise.
+        init: "uniform" (paper text, Sec. 3.3: directions uniform on the sphere,
+            ``lam = 0``, ``r = 1``) or "glorot" (official code: a Glorot-uniform weight
+            ``w`` with zero bias converted, so ``r = ||w||``, ``lam = 0``).
+        mean_norm: put a :class:`MeanNorm` on the input (Eq. (11)).
+
+    Parameters: ``theta`` of shape (out, in - 1) (None when ``in_features == 1``),
+    ``lam`` (out,), ``r`` (out,). ``r`` is not constrained to be positive.
+    """
+
+    def __init__(self, in_features: int, out_features: int,
+                 activation: str | Callable[[torch.Tensor], torch.Tensor] = "relu",
+                 init: str = "uniform", mean_norm: bool = False,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        super().__init__()
+        if not isinstance(in_features, int) or in_features < 1:
+            raise ValueError(f"in_features must be an int >= 1, got {in_features!r}")
+        if not isinstance(out_features, int) or out_features < 1:
+            raise ValueError(f"out_features must be an int >= 1, got {out_features!r}")
+        if init not in INITS:
+            raise ValueError(f"unknown init {init!r}: expected one of {', '.join(INITS)}")
+        if isinstance(activation, str):
+            if activation not in _ACTIVATIONS:
+                raise ValueError(f"unknown activation {activation!r}: expected one of "
+                                 f"{', '.join(_ACTIVATIONS)} or a callable")
+            self._act = _ACTIVATIONS[activation]
+        elif callable(activation):
+            self._act = activation
+        else:
+            raise ValueError(f"activation must be a name or a callable, got {activation!r}")
+        self.activation = activation if isinstance(activation, str) else getattr(activation, "__name__", "callable")
+        self.in_features = in_features
+        self.out_features = out_features
+        self.init = init
+        kw = dict(device=device, dtype=dtype)
+        if in_features > 1:
+            self.theta = nn.Parameter(torch.empty(out_features, in_features - 1, **kw))
+        else:
+            self.register_parameter("theta", None)
+            self.register_buffer("sign", torch.ones(out_features, 1, **kw))
+        self.lam = nn.Parameter(torch.zeros(out_features, **kw))
+        self.r = nn.Parameter(torch.ones(out_features, **kw))
+        self.mean_norm = MeanNorm(in_features, **kw) if mean_norm else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise by ``self.init`` (Sec. 3.3 of Chen & Ge, or the official Glorot variant)."""
+        p = self.lam
+        with torch.no_grad():
+            if self.init == "uniform":
+                w = uniform_directions(self.out_features, self.in_features, dtype=p.dtype, device=p.device)
+            else:
+                bound = math.sqrt(6.0 / (self.in_features + self.out_features))
+                w = torch.empty(self.out_features, self.in_features, dtype=p.dtype, device=p.device)
+                nn.init.uniform_(w, -bound, bound)
+            self.set_weight(w, torch.zeros(self.out_features, dtype=p.dtype, device=p.device))
+            if self.init == "uniform":
+                self.r.fill_(1.0)
+
+    @torch.no_grad()
+    def set_weight(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """Set ``r = ||w||``, ``lam = b / ||w||`` and ``theta`` from ``w / ||w||`` (Eq. (5)).
+
+        Afterwards ``r * act(u . x + lam) == act(w . x + b)`` for a positively homogeneous
+        ``act`` such as ReLU. Every row of ``weight`` must be nonzero.
+        """
+        if weight.shape != (self.out_features, self.in_features):
+            raise ValueError(f"weight must have shape ({self.out_features}, {self.in_features}), "
+                             f"got {tuple(weight.shape)}")
+        if bias is not None and bias.shape != (self.out_features,):
+            raise ValueError(f"bias must have shape ({self.out_features},), got {tuple(bias.shape)}")
+        norms = weight.norm(dim=1)
+        if bool((norms == 0).any()):
+            raise ValueError("every unit needs a nonzero weight vector to define its direction; "
+                             f"rows {torch.nonzero(norms == 0).flatten().tolist()} are zero")
+        if self.theta is None:
+            self.sign.copy_(torch.sign(weight))
+        else:
+            self.theta.copy_(unit_to_angles(weight))
+        self.r.copy_(norms)
+        self.lam.copy_(bias / norms if bias is not None else torch.zeros_like(norms))
+
+    @property
+    def direction(self) -> torch.Tensor:
+        """The unit vectors ``u(theta)`` of Eq. (6), shape (out, in)."""
+        if self.theta is None:
+            return self.sign
+        return angles_to_unit(self.theta)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"GmPLinear expects inputs of shape (..., {self.in_features}), got {tuple(x.shape)}")
+        if self.mean_norm is not None:
+            x = self.mean_norm(x)
+        return self._act(F.linear(x, self.direction, self.lam)) * self.r
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"activation={self.activation}, init={self.init}")
+
+
+def _converted(linear: nn.Linear, mean_norm: bool) -> GmPLinear:
+    w = linear.weight.detach()
+    layer = GmPLinear(linear.in_features, linear.out_features, activation="relu", init="glorot",
+                      mean_norm=mean_norm, device=w.device, dtype=w.dtype)
+    layer.set_weight(w, None if linear.bias is None else linear.bias.detach())
+    return layer
+
+
+def convert(module: nn.Module, mean_norm: bool = False) -> nn.Module:
+    """A copy of ``module`` with every ReLU layer under geometric parameterization.
+
+    Every ``nn.Linear`` immediately followed by an ``nn.ReLU`` in the same
+    ``nn.Sequential`` (at any depth of nesting) becomes a :class:`GmPLinear` that
+    includes the ReLU, with ``r = ||w||``, ``lam = b / ||w||``, ``theta`` from
+    ``w / ||w||`` (Eq. (5) of Chen & Ge); the ``nn.ReLU`` module is replaced by
+    ``nn.Identity`` so that indices into the Sequential keep their meaning. The
+    converted network computes the same function at conversion time. A Linear not
+    followed by a ReLU (the output layer) stays standard (Sec. 3.1).
+
+    With ``mean_norm=True`` every converted layer except the first one (in module order)
+    gets a :class:`MeanNorm` on its input (Eq. (11): intermediate layers). Its running
+    mean starts at zero, so the function is preserved in evaluation mode at conversion.
+    The original module is not modified.
+    """
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"convert expects a torch.nn.Module, got {type(module).__name__}")
+    result = copy.deepcopy(module)
+    count = 0
+
+    def visit(parent: nn.Module) -> None:
+        nonlocal count
+        if isinstance(parent, nn.Sequential):
+            names = list(parent._modules)
+            for this, following in zip(names, names[1:]):
+                child, after = parent._modules[this], parent._modules[following]
+                if isinstance(child, nn.Linear) and isinstance(after, nn.ReLU):
+                    parent._modules[this] = _converted(child, mean_norm and count > 0)
+                    parent._modules[following] = nn.Identity()
+                    count += 1
+        for child in parent.children():
+            if not isinstance(child, GmPLinear):
+                visit(child)
+
+    visit(result)
+    return result
