@@ -1,0 +1,106 @@
+"""Static checks of the book: packaging, pairing, labels, table of contents, Colab wiring."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import jupytext
+import pytest
+import yaml
+
+from conftest import ROOT, chapters
+
+LABEL = re.compile(r"^\s*name:\s*((?:chen|lu|sbsnn)-(?:fig|table)-[0-9a-z-]+)\s*$", re.M)
+ANY_PAPER_LABEL = re.compile(r"name:\s*([a-z]+-(?:fig|table)-\S+)")
+
+
+def _requirements(specs):
+    return sorted(s.replace(" ", "") for s in specs)
+
+
+def test_environment_yml_lists_the_same_dependencies_as_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + [d for extra in ("book", "test") for d in project["optional-dependencies"][extra]]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert _requirements(p for p in pip if not p.startswith("-e")) == _requirements(wanted)
+
+
+def test_repository_url_is_set_once_and_used_everywhere():
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["urls"]["Homepage"] == url
+    pages = chapters() + [ROOT / "book" / "claims.md"]
+    for page in pages:
+        installs = re.findall(r'%pip install -q "gmp\[book\] @ git\+(\S+?)@main"', page.read_text())
+        assert installs == [url], f"{page.name}: its Colab install cell must install from {url}@main"
+
+
+def _toc_files(node) -> list[str]:
+    found = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("file", "root"):
+                found.append(value)
+            else:
+                found += _toc_files(value)
+    elif isinstance(node, list):
+        for item in node:
+            found += _toc_files(item)
+    return found
+
+
+def test_toc_lists_every_chapter_and_only_existing_pages():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = _toc_files(toc)
+    for entry in files:
+        assert (ROOT / f"{entry}.md").is_file(), f"_toc.yml lists {entry} but {entry}.md does not exist"
+    listed = {ROOT / f"{f}.md" for f in files}
+    missing = [p.relative_to(ROOT) for p in chapters() if p not in listed]
+    assert not missing, f"chapters missing from _toc.yml: {missing}"
+    captions = [part["caption"] for part in toc["parts"]]
+    assert captions[-1] == "Claims and references"
+
+
+def _notebook_pages():
+    return chapters() + [ROOT / "book" / "claims.md"]
+
+
+@pytest.mark.parametrize("page", _notebook_pages(), ids=lambda p: p.stem)
+def test_markdown_and_notebook_are_paired_in_sync_and_without_outputs(page: Path):
+    twin = page.with_suffix(".ipynb")
+    assert twin.is_file(), f"{twin.relative_to(ROOT)} is missing: run jupytext --sync {page.relative_to(ROOT)}"
+    raw = json.loads(twin.read_text())
+    for cell in raw["cells"]:
+        if cell["cell_type"] == "code":
+            assert not cell.get("outputs") and cell.get("execution_count") is None, \
+                f"{twin.name} holds outputs: clear them (jupytext --sync rewrites it without)"
+    md, nb = jupytext.read(page), jupytext.read(twin)
+    strip = lambda n: [(c.cell_type, c.source.strip(), c.metadata.get("tags", [])) for c in n.cells]  # noqa: E731
+    assert strip(md) == strip(nb), f"{page.name} and {twin.name} differ: run jupytext --sync {page.relative_to(ROOT)}"
+
+
+@pytest.mark.parametrize("page", chapters(), ids=lambda p: p.stem)
+def test_chapter_has_install_cell_then_one_parameters_cell(page: Path):
+    code = [c for c in jupytext.read(page).cells if c.cell_type == "code"]
+    assert "%pip install" in code[0].source, "the first code cell installs gmp on Colab"
+    params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1 and params[0] is code[1], "the second code cell, and only it, is tagged parameters"
+    names = set(re.findall(r"^(\w+) =", params[0].source, re.M))
+    assert names == {"SCALE", "DEVICE", "SEED"}
+    assert 'os.environ.get("GMP_SCALE", "small")' in params[0].source
+    text = page.read_text()
+    assert f'gmp.load_config("{page.stem}", SCALE)' in text, "the chapter reads its config from gmp.experiments"
+
+
+def test_figure_and_table_labels_follow_the_paper_numbering_and_are_unique():
+    seen: dict[str, str] = {}
+    for page in chapters():
+        text = page.read_text()
+        for label in ANY_PAPER_LABEL.findall(text):
+            assert LABEL.search(f"name: {label}"), f"{page.name}: label {label!r} is not <paper>-fig|table-<n>"
+            assert label not in seen, f"label {label} used in {seen.get(label)} and {page.name}"
+            seen[label] = page.name

@@ -1,0 +1,119 @@
+import json
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from gmp import config, results
+from gmp.results import NOT_RUN, PARTLY, REPRODUCED, STALE, Claim
+
+
+def _check(payload):
+    value = payload["gap"]
+    return f"gap {value:.2f}", REPRODUCED if value < 1 else PARTLY
+
+
+@pytest.fixture
+def chapter(monkeypatch, tmp_path):
+    """A chapter 'fake_chapter' with one claim, and an empty results root."""
+    module = types.ModuleType("gmp.experiments.fake_chapter")
+    module.CONFIG = config.scaled(smoke={"n": 1}, small={"n": 2}, paper={"n": 3})
+    module.CLAIMS = [Claim("fake-gap", "chen", "The gap is small.", "summary", "reproduced if gap < 1", _check)]
+    monkeypatch.setitem(sys.modules, "gmp.experiments.fake_chapter", module)
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "_results"))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
+    return module
+
+
+def _publish(tmp_path, scale, payload, digest):
+    folder = tmp_path / "_results" / "fake_chapter" / scale
+    results.atomic_write_json(folder / "summary.json", payload)
+    results.atomic_write_json(folder / "provenance.json", {"config_digest": digest, "date": "2026-11-22 00:00 UTC",
+                                                           "device": "cpu", "commit": "abc", "wall_time_s": 3.0})
+    return folder
+
+
+def test_save_is_a_no_op_outside_the_runner(chapter, tmp_path):
+    store = results.Store("fake_chapter", config.load("fake_chapter", "small"))
+    assert store.save("summary", {"gap": 0.5}) is None
+    assert not (tmp_path / "_results").exists()
+
+
+def test_save_writes_json_and_arrays_into_staging(chapter, tmp_path, monkeypatch):
+    staging = tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"
+    monkeypatch.setenv(results.STAGING_ENV, str(staging))
+    store = results.Store("fake_chapter", config.load("fake_chapter", "paper"))
+    path = store.save("summary", {"gap": 0.5}, arrays={"curve": np.arange(5.0)})
+    assert json.loads(path.read_text()) == {"gap": 0.5}
+    with np.load(staging / "summary.npz") as data:
+        np.testing.assert_array_equal(data["curve"], np.arange(5.0))
+    assert not [p for p in staging.iterdir() if p.name.endswith(".tmp")]
+    with pytest.raises(ValueError, match="JSON serialisable"):
+        store.save("bad", {"x": object()})
+    with pytest.raises(ValueError, match="result names"):
+        store.save("../escape", {})
+
+
+def test_cached_is_absent_current_or_stale(chapter, tmp_path):
+    assert results.cached("fake_chapter", "summary").status == "absent"
+    current = config.load("fake_chapter", "paper").digest
+    _publish(tmp_path, "paper", {"gap": 0.25}, current)
+    entry = results.cached("fake_chapter", "summary")
+    assert entry.status == "current" and entry.payload == {"gap": 0.25}
+    assert "Paper-scale results cached 2026-11-22" in entry.describe()
+    chapter.CONFIG["paper"]["n"] = 4
+    stale = results.cached("fake_chapter", "summary")
+    assert stale.status == "stale" and not stale.current
+    assert "STALE" in stale.describe()
+    assert "warning" in stale.note().data
+
+
+def test_memo_resumes_after_an_interruption(chapter, tmp_path, monkeypatch):
+    staging = tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"
+    monkeypatch.setenv(results.STAGING_ENV, str(staging))
+    cfg = config.load("fake_chapter", "paper")
+    calls = []
+
+    def unit(i):
+        calls.append(i)
+        return {"i": i, "value": i * i}
+
+    store = results.Store("fake_chapter", cfg)
+    assert [store.memo(f"unit-{i}", lambda i=i: unit(i)) for i in range(3)][2] == {"i": 2, "value": 4}
+    journal = tmp_path / "_results" / "fake_chapter" / "_partial" / f"paper-{cfg.digest}.jsonl"
+    with open(journal, "a") as handle:
+        handle.write('{"key": "unit-3", "val')  # a write cut short by the interruption
+    resumed = results.Store("fake_chapter", cfg)
+    values = [resumed.memo(f"unit-{i}", lambda i=i: unit(i)) for i in range(5)]
+    assert calls == [0, 1, 2, 3, 4]
+    assert values[1] == {"i": 1, "value": 1}
+
+
+def test_memo_outside_the_runner_keeps_nothing_on_disk(chapter, tmp_path):
+    store = results.Store("fake_chapter", config.load("fake_chapter", "small"))
+    assert store.memo("a", lambda: [1, 2]) == [1, 2]
+    assert store.memo("a", lambda: [3]) == [1, 2]
+    assert not (tmp_path / "_results").exists()
+
+
+def test_claims_table_and_ledger_use_the_paper_scale_cache_only(chapter, tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    table = results.claims_table("fake_chapter", {"summary": {"gap": 0.1}}, "small").data
+    assert "gap 0.10" in table and NOT_RUN in table
+    [row] = results.ledger_rows()
+    assert row["Verdict"].endswith(f"{NOT_RUN}</span>")
+    _publish(tmp_path, "paper", {"gap": 3.0}, config.load("fake_chapter", "paper").digest)
+    [row] = results.ledger_rows()
+    assert PARTLY in row["Verdict"] and row["Measured at paper scale"] == "gap 3.00"
+    _publish(tmp_path, "paper", {"gap": 0.0}, "0000")
+    [row] = results.ledger_rows()
+    assert STALE in row["Verdict"]
+    with pytest.raises(ValueError, match="needs the live result 'summary'"):
+        results.claims_table("fake_chapter", {}, "small")
+
+
+def test_a_claim_must_return_a_known_verdict():
+    claim = Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", "probably"))
+    with pytest.raises(ValueError, match="verdict 'probably'"):
+        claim.evaluate({})

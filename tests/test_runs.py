@@ -1,0 +1,70 @@
+"""The papermill runner: results move into the cache only when a run succeeds."""
+
+import json
+import sys
+import types
+
+import nbformat
+import pytest
+
+from gmp import config, results, runs
+
+WRITE = """
+import json, os, pathlib
+staging = pathlib.Path(os.environ["GMP_RESULTS_STAGING"])
+(staging / "summary.json").write_text(json.dumps({"scale": SCALE, "seed": SEED, "env": os.environ["GMP_SCALE"]}))
+"""
+
+
+def _notebook(path, body):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('SCALE = "small"\nDEVICE = "auto"\nSEED = 0')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+
+
+@pytest.fixture
+def book(tmp_path, monkeypatch):
+    module = types.ModuleType("gmp.experiments.fake_chapter")
+    module.CONFIG = config.scaled(smoke={"n": 1}, small={"n": 2}, paper={"n": 3})
+    monkeypatch.setitem(sys.modules, "gmp.experiments.fake_chapter", module)
+    (tmp_path / "_toc.yml").write_text("root: intro\n")
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "book" / "_results"))
+    return tmp_path
+
+
+def test_a_successful_run_is_cached_with_provenance(book):
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    final = runs.run("fake_chapter", "smoke", device="cpu", seed=7, root=book)
+    assert final == book / "book" / "_results" / "fake_chapter" / "smoke"
+    assert json.loads((final / "summary.json").read_text()) == {"scale": "smoke", "seed": 7, "env": "smoke"}
+    provenance = json.loads((final / "provenance.json").read_text())
+    assert provenance["config_digest"] == config.load("fake_chapter", "smoke").digest
+    assert provenance["config"] == {"n": 1} and provenance["seed"] == 7
+    assert provenance["device"].startswith("cpu") and provenance["wall_time_s"] > 0
+    assert {"commit", "gmp_version", "torch_version", "date"} <= set(provenance)
+    executed = nbformat.read(final / "fake_chapter.ipynb", as_version=4)
+    assert any(c.metadata.get("tags") == ["injected-parameters"] for c in executed.cells)
+    assert results.cached("fake_chapter", "summary", "smoke").status == "current"
+    assert not list(final.parent.glob(".staging-*"))
+
+
+def test_a_failed_run_leaves_the_previous_cache_untouched(book):
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    before = (final / "summary.json").read_text()
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE + "\nraise RuntimeError('diverged on purpose')")
+    with pytest.raises(Exception, match="diverged on purpose"):
+        runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    assert (final / "summary.json").read_text() == before
+    assert not list(final.parent.glob(".staging-*"))
+    assert (final.parent / "_partial" / "failed-smoke-fake_chapter.ipynb").is_file()
+
+
+def test_unknown_chapter_lists_the_known_ones(book):
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    with pytest.raises(ValueError, match="chapters: fake_chapter"):
+        runs.run("other_chapter", "smoke", root=book)
