@@ -20,7 +20,6 @@ recorded in :class:`History` as diverged at that epoch and step.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import time
@@ -348,6 +347,11 @@ def _batches(x: Tensor, y: Tensor, batch_size: int | None, generator: torch.Gene
         yield x[index], y[index]
 
 
+def _snapshot(model: nn.Module) -> dict[str, Tensor]:
+    """A copy of the model's parameters and buffers (what Keras' ``get_weights`` returns)."""
+    return {name: value.detach().clone() for name, value in model.state_dict().items()}
+
+
 def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -499,13 +503,13 @@ def fit(model: nn.Module, train: Data, *, epochs: int, lr: float, loss: str | Lo
         if early_stopping is not None:
             current = logs[early_stopping.monitor]
             if early_stopping.restore_best_weights and best_state is None:
-                best_state = copy.deepcopy(model.state_dict())
+                best_state = _snapshot(model)
             stop_wait += 1
             if early_stopping.improved(current, stop_best):
                 stop_best, stop_wait = current, 0
                 history.best_epoch, history.best_value = epoch, float(current)
                 if early_stopping.restore_best_weights:
-                    best_state = copy.deepcopy(model.state_dict())
+                    best_state = _snapshot(model)
             elif stop_wait >= early_stopping.patience and epoch > 0:
                 stop = True
 
