@@ -94,6 +94,8 @@ def _numpy_pair(phi: Activation, derivative: Activation | None
         t = t.clone().requires_grad_(True)
         with torch.enable_grad():
             y = phi(t)
+            if not y.requires_grad:  # phi does not depend on x: phi' = 0
+                return y.detach().numpy(), np.zeros(t.shape)
             (dy,) = torch.autograd.grad(y.sum(), t, allow_unused=True)
         dy = torch.zeros_like(t) if dy is None else dy
         return y.detach().numpy(), dy.numpy()

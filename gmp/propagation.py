@@ -110,7 +110,7 @@ def propagate(model: DeepMLP, x: torch.Tensor, output_grad: torch.Tensor, bins: 
         d = d @ weights[l]
         hs[l] = None
     xn = torch.stack(x_norms)
-    return Propagation(x_norm=xn.mean(dim=1).cpu().numpy(), x_norm_std=xn.std(dim=1).cpu().numpy(),
+    return Propagation(x_norm=xn.mean(dim=1).cpu().numpy(), x_norm_std=xn.std(dim=1, correction=0).cpu().numpy(),
                        d_norm=d_norm, grad_norm=grad_norm, hist=hist,
                        bin_edges=np.linspace(lo, hi, bins + 1), below=below, above=above)
 
