@@ -1,0 +1,52 @@
+"""A chapter's cached execution is dropped when gmp or its cached results change."""
+
+import nbformat
+from jupyter_cache import get_cache
+from jupyter_cache.base import CacheBundleIn
+
+from gmp import bookcache
+
+
+def _repo(tmp_path):
+    (tmp_path / "_toc.yml").write_text("root: book/intro\n")
+    (tmp_path / "gmp").mkdir()
+    (tmp_path / "gmp" / "layers.py").write_text("A = 1\n")
+    page = tmp_path / "book" / "part1" / "chen_levy.md"
+    page.parent.mkdir(parents=True)
+    page.write_text("# Levy\n")
+    other = tmp_path / "book" / "part1" / "chen_uci.md"
+    other.write_text("# UCI\n")
+    return page, other
+
+
+def _cache_pages(tmp_path, *pages):
+    cache = get_cache(tmp_path / "_build" / ".jupyter_cache")
+    for i, page in enumerate(pages):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x = {i}")])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        cache.cache_notebook_bundle(CacheBundleIn(nb, str(page)), check_validity=False)
+    return cache
+
+
+def test_results_of_one_chapter_invalidate_only_that_chapter(tmp_path):
+    page, other = _repo(tmp_path)
+    _cache_pages(tmp_path, page, other)
+    bookcache.invalidate(tmp_path, tmp_path)  # first call: no fingerprints stored, both dropped
+    cache = _cache_pages(tmp_path, page, other)
+    assert bookcache.invalidate(tmp_path, tmp_path) == []
+    results = tmp_path / "book" / "_results" / "chen_levy" / "paper"
+    results.mkdir(parents=True)
+    (results / "fig2.json").write_text("{}")
+    assert bookcache.invalidate(tmp_path, tmp_path) == [str(page.resolve())]
+    assert [r.uri for r in cache.list_cache_records()] == [str(other)]
+
+
+def test_journal_of_an_unfinished_run_does_not_invalidate(tmp_path):
+    page, _ = _repo(tmp_path)
+    before = bookcache.fingerprint(page, tmp_path)
+    partial = tmp_path / "book" / "_results" / "chen_levy" / "_partial"
+    partial.mkdir(parents=True)
+    (partial / "paper-abc.jsonl").write_text('{"key": 1}\n')
+    assert bookcache.fingerprint(page, tmp_path) == before
+    (tmp_path / "gmp" / "layers.py").write_text("A = 2\n")
+    assert bookcache.fingerprint(page, tmp_path) != before
