@@ -1,0 +1,173 @@
+"""Fitting an implicit representation to an image (Sections 5-6 of the SBSNN paper).
+
+Full-batch Adam on the mean squared error over all pixels (values in ``[-1, 1]``), with
+either a constant learning rate (SIREN's notebook: ``1e-4``) or the SBSNN paper's schedule:
+start at ``lr`` and halve it when the training MSE has not improved for ``patience`` steps
+(``torch.optim.lr_scheduler.ReduceLROnPlateau``; 40 steps in Section 5). The PSNR is
+computed as in SIREN's code: prediction and target are mapped from ``[-1, 1]`` to
+``[0, 1]``, clipped, and compared with data range 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from gmp.encoders import PositionalEncoding
+from gmp.models.implicit import ImplicitMLP, Siren
+from gmp.progress import bar
+
+
+def psnr(prediction: Tensor, target: Tensor) -> float:
+    """PSNR in dB of images in ``[-1, 1]``, as SIREN computes it (mapped to ``[0, 1]``, clipped)."""
+    if prediction.shape != target.shape:
+        raise ValueError(f"prediction and target shapes differ: {tuple(prediction.shape)} vs {tuple(target.shape)}")
+    p = ((prediction.detach().double() + 1) / 2).clamp(0, 1)
+    t = ((target.detach().double() + 1) / 2).clamp(0, 1)
+    mse = torch.mean((p - t) ** 2).item()
+    return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
+
+
+def mse_to_psnr(mse: float) -> float:
+    """The PSNR of an MSE measured on ``[-1, 1]`` values (unclipped): ``10 log10(4 / mse)``."""
+    if mse <= 0:
+        raise ValueError(f"mse must be positive, got {mse!r}")
+    return 10 * math.log10(4.0 / mse)
+
+
+def build_model(spec: Mapping[str, Any], side: int | None = None) -> nn.Module:
+    """A network from a JSON spec, as the chapters' configs write them.
+
+    ``{"model": "siren", "hidden_features": 256, "hidden_layers": 3}`` is SIREN;
+    ``{"model": "sbsnn", "activation": "sin", "first_layer": "siren"}`` the paper's MLP with
+    an initial SIREN layer; add ``"encoder": "nerf"`` or ``"rotated"`` (with
+    ``"first_layer": "orthogonal"``) for a positional encoder of ``"levels"`` frequencies,
+    default ``floor(log2(side / 4))`` as in SIREN's NeRF baseline.
+    """
+    kind = spec.get("model")
+    sizes = {k: spec[k] for k in ("hidden_features", "hidden_layers") if k in spec}
+    if kind == "siren":
+        return Siren(2, 1, omega_0=spec.get("omega_0", 30.0), **sizes)
+    if kind != "sbsnn":
+        raise ValueError(f"spec['model'] must be 'siren' or 'sbsnn', got {kind!r}")
+    encoder = None
+    if spec.get("encoder") is not None:
+        if spec["encoder"] not in ("nerf", "rotated"):
+            raise ValueError(f"spec['encoder'] must be 'nerf', 'rotated' or None, got {spec['encoder']!r}")
+        levels = spec.get("levels")
+        if levels is None:
+            if side is None:
+                raise ValueError("give spec['levels'] or the image side to derive it")
+            levels = default_levels(side)
+        encoder = PositionalEncoding(levels, rotated=spec["encoder"] == "rotated")
+    return ImplicitMLP(spec["activation"], 2, 1, first_layer=spec.get("first_layer", "siren"),
+                       encoder=encoder, omega_0=spec.get("omega_0", 30.0), **sizes)
+
+
+def default_levels(side: int) -> int:
+    """SIREN's number of NeRF frequencies for an image of ``side`` pixels: ``floor(log2(side / 4))``."""
+    if side < 8:
+        raise ValueError(f"need an image side of at least 8 pixels, got {side!r}")
+    return int(math.floor(math.log2(side / 4)))
+
+
+@dataclasses.dataclass
+class FitResult:
+    """Per-step curves of one fit; entry ``i`` is measured after ``i`` Adam updates.
+
+    ``snapshots`` maps a step to the predicted image at that step; ``diverged_at`` is the
+    first step whose loss was not finite (the curves are NaN from there), else None.
+    """
+
+    mse: np.ndarray
+    psnr: np.ndarray
+    lr: np.ndarray
+    snapshots: dict[int, np.ndarray]
+    diverged_at: int | None
+    seconds: float
+
+    def first_step_below(self, mse: float) -> int | None:
+        """The first step whose training MSE is at most ``mse`` (None if never)."""
+        hits = np.flatnonzero(self.mse <= mse)
+        return int(hits[0]) if hits.size else None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form (NaN as None) for ``Store.memo``; :meth:`from_json` inverts it."""
+        def clean(a: np.ndarray) -> list[float | None]:
+            return [None if not math.isfinite(v) else float(v) for v in a]
+
+        return {"mse": clean(self.mse), "psnr": clean(self.psnr), "lr": clean(self.lr),
+                "snapshots": {str(k): v.tolist() for k, v in self.snapshots.items()},
+                "diverged_at": self.diverged_at, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FitResult:
+        def arr(values: list[float | None]) -> np.ndarray:
+            return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+        return cls(arr(data["mse"]), arr(data["psnr"]), arr(data["lr"]),
+                   {int(k): np.asarray(v, dtype=np.float32) for k, v in data["snapshots"].items()},
+                   data["diverged_at"], float(data["seconds"]))
+
+
+def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, lr: float,
+              plateau: Mapping[str, float] | None = None, snapshot_steps: Iterable[int] = (),
+              device: torch.device | str = "cpu", progress: bool | None = None, desc: str | None = None
+              ) -> FitResult:
+    """Fit ``model`` to ``pixels`` at ``coords`` with full-batch Adam for ``steps`` updates.
+
+    ``plateau`` is ``{"factor": 0.5, "patience": 40}`` for the SBSNN paper's schedule
+    (multiply the learning rate by ``factor`` after ``patience`` steps without improvement
+    of the training MSE) or None for a constant learning rate. ``snapshot_steps`` are the
+    steps at which the predicted image is kept (the image must be square).
+    """
+    if steps < 1 or lr <= 0:
+        raise ValueError(f"need steps >= 1 and lr > 0, got steps={steps!r}, lr={lr!r}")
+    if coords.shape[0] != pixels.shape[0]:
+        raise ValueError(f"coords and pixels differ in length: {coords.shape[0]} vs {pixels.shape[0]}")
+    snapshot_steps = sorted(set(snapshot_steps))
+    if snapshot_steps and not 0 <= snapshot_steps[0] <= snapshot_steps[-1] < steps:
+        raise ValueError(f"snapshot steps must lie in [0, {steps}), got {snapshot_steps}")
+    side = math.isqrt(pixels.shape[0])
+    if snapshot_steps and side * side != pixels.shape[0]:
+        raise ValueError("snapshots need a square image")
+    device = torch.device(device)
+    model = model.to(device)
+    coords, pixels = coords.to(device), pixels.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    scheduler = None
+    if plateau is not None:
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="min", factor=plateau["factor"], patience=plateau["patience"])
+    mse = np.full(steps, np.nan)
+    psnrs = np.full(steps, np.nan)
+    lrs = np.full(steps, np.nan)
+    snapshots: dict[int, np.ndarray] = {}
+    diverged_at = None
+    started = time.perf_counter()
+    for step in bar(range(steps), desc=desc, disable=None if progress is None else not progress,
+                    leave=False):
+        prediction = model(coords)
+        loss = torch.mean((prediction - pixels) ** 2)
+        value = loss.item()
+        if not math.isfinite(value):
+            diverged_at = step
+            break
+        mse[step] = value
+        psnrs[step] = psnr(prediction, pixels)
+        lrs[step] = optimizer.param_groups[0]["lr"]
+        if step in snapshot_steps:
+            snapshots[step] = prediction.detach().reshape(side, side).float().cpu().numpy()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step(value)
+    return FitResult(mse, psnrs, lrs, snapshots, diverged_at, time.perf_counter() - started)

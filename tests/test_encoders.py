@@ -1,0 +1,64 @@
+"""Facts about the positional encoders of Section 6 of the SBSNN paper."""
+
+import math
+
+import pytest
+import torch
+
+from gmp import PositionalEncoding
+from gmp.encoders import rotation_matrix
+
+
+@pytest.mark.parametrize("levels,dim", [(1, 1), (4, 2), (6, 2), (3, 5)])
+def test_squared_norm_equals_dimension(levels, dim):
+    p = torch.rand(100, dim, dtype=torch.float64) * 4 - 2
+    enc = PositionalEncoding(levels)
+    e = enc(p)
+    assert e.shape == (100, 2 * levels * dim) == (100, enc.out_features(dim))
+    assert torch.allclose((e ** 2).sum(-1), torch.full((100,), float(e.shape[-1]), dtype=torch.float64))
+
+
+def test_rotated_squared_norm_equals_dimension():
+    p = torch.rand(50, 2, dtype=torch.float64) * 2 - 1
+    enc = PositionalEncoding(5, rotated=True)
+    e = enc(p)
+    assert e.shape == (50, 3 * 2 * 5 * 2) == (50, enc.out_features(2))
+    assert torch.allclose((e ** 2).sum(-1), torch.full((50,), 60.0, dtype=torch.float64))
+
+
+def test_features_are_sqrt2_sin_cos_of_doubling_frequencies():
+    p = torch.tensor([[0.3, -0.7]], dtype=torch.float64)
+    e = PositionalEncoding(3)(p)[0]
+    expected = []
+    for c in (0.3, -0.7):
+        for i in range(3):
+            expected += [math.sqrt(2) * math.sin(2 ** i * math.pi * c), math.sqrt(2) * math.cos(2 ** i * math.pi * c)]
+    assert torch.allclose(e, torch.tensor(expected, dtype=torch.float64))
+
+
+def test_rotated_is_concatenation_of_three_rotated_encodings():
+    p = torch.rand(20, 2, dtype=torch.float64) * 2 - 1
+    plain, rotated = PositionalEncoding(4), PositionalEncoding(4, rotated=True)
+    parts = []
+    for k in range(3):
+        theta = 2 * math.pi * k / 3
+        c, s = math.cos(theta), math.sin(theta)
+        q = torch.stack((c * p[:, 0] - s * p[:, 1], s * p[:, 0] + c * p[:, 1]), dim=-1)
+        parts.append(plain(q))
+    assert torch.allclose(rotated(p), torch.cat(parts, dim=-1))
+    # the first block is the unrotated encoding, the others differ from it
+    assert torch.allclose(rotated(p)[:, :16], plain(p))
+    assert not torch.allclose(rotated(p)[:, 16:32], plain(p))
+
+
+def test_rotation_matrix_turns_counterclockwise():
+    assert torch.allclose(rotation_matrix(math.pi / 2) @ torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64), atol=1e-7)
+    r = rotation_matrix(2 * math.pi / 3)
+    assert torch.allclose(r @ r @ r, torch.eye(2, dtype=torch.float64), atol=1e-12)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError):
+        PositionalEncoding(0)
+    with pytest.raises(ValueError, match="2-D coordinates"):
+        PositionalEncoding(2, rotated=True)(torch.zeros(4, 3))

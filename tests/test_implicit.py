@@ -1,0 +1,121 @@
+"""Facts about the implicit-representation networks and the image-fitting loop (SIREN, SBSNN)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from skimage.metrics import peak_signal_noise_ratio
+
+from gmp.data.images import cameraman, coordinate_grid, image_fitting_data
+from gmp.implicit import FitResult, build_model, default_levels, fit_image, mse_to_psnr, psnr
+from gmp.models.implicit import ImplicitMLP, SineLayer, Siren
+
+
+def test_psnr_matches_skimage_after_mapping_and_clipping():
+    gen = torch.Generator().manual_seed(0)
+    target = torch.rand(32, 32, generator=gen) * 2 - 1
+    prediction = target + 0.3 * torch.randn(32, 32, generator=gen)  # leaves [-1, 1] in places
+    ours = psnr(prediction, target)
+    p = ((prediction.numpy().astype(np.float64) + 1) / 2).clip(0, 1)
+    t = (target.numpy().astype(np.float64) + 1) / 2
+    assert ours == pytest.approx(peak_signal_noise_ratio(t, p, data_range=1), abs=1e-9)
+    unclipped = 10 * math.log10(4 / torch.mean((prediction.double() - target.double()) ** 2).item())
+    assert ours > unclipped  # clipping can only help
+
+
+def test_mse_to_psnr():
+    assert mse_to_psnr(1e-5) == pytest.approx(10 * math.log10(4e5))
+    x = torch.linspace(-0.5, 0.5, 100)
+    assert psnr(x + 0.01, x) == pytest.approx(mse_to_psnr(1e-4))
+
+
+def test_siren_init_bounds():
+    torch.manual_seed(0)
+    model = Siren(2, 1, hidden_features=64, hidden_layers=3)
+    first, *hidden, out = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert first.weight.abs().max() <= 1 / 2 and first.weight.abs().max() > 0.45
+    bound = math.sqrt(6 / 64) / 30
+    for layer in [*hidden, out]:
+        assert layer.weight.abs().max() <= bound and layer.weight.abs().max() > 0.9 * bound
+    for layer in hidden:  # PyTorch's default bias init is kept
+        assert layer.bias.abs().max() <= 1 / math.sqrt(64) and layer.bias.abs().max() > 0.9 / math.sqrt(64)
+    assert len(hidden) == 3
+    x = torch.randn(5, 2)
+    assert torch.allclose(model.net[0](x), torch.sin(30 * first(x)))
+
+
+def test_siren_preactivations_are_roughly_standard_normal():
+    # Sitzmann et al.: with their init, omega_0 W x of a hidden layer is ~ N(0, 1) (biases aside)
+    torch.manual_seed(0)
+    model = Siren(2, 1, hidden_features=512, hidden_layers=3)
+    h = model.net[1](model.net[0](torch.rand(4096, 2) * 2 - 1))
+    z = 30 * h @ model.net[2].linear.weight.T
+    assert abs(z.std().item() - 1) < 0.1
+
+
+def test_sbsnn_mlp_is_orthogonal_with_zero_bias_and_siren_first_layer():
+    torch.manual_seed(0)
+    model = ImplicitMLP("sin", hidden_features=48, hidden_layers=5)
+    linears = [m for m in model.net if isinstance(m, torch.nn.Linear)]
+    assert isinstance(model.net[0], SineLayer) and model.net[0].is_first
+    assert len(linears) == 6  # five hidden layers and the output
+    for layer in linears[:-1]:
+        w = layer.weight
+        assert torch.allclose(w @ w.T, torch.eye(48), atol=1e-5)
+        assert torch.count_nonzero(layer.bias) == 0
+    out = linears[-1].weight
+    assert out.shape == (1, 48) and out.norm().item() == pytest.approx(1, abs=1e-5)
+
+
+def test_encoder_model_dimensions():
+    model = build_model({"model": "sbsnn", "activation": "gpn_tanh", "encoder": "rotated",
+                         "first_layer": "orthogonal"}, side=256)
+    first = model.net[0]
+    assert first.in_features == 3 * 2 * 2 * default_levels(256) == 72
+    assert model(torch.zeros(3, 2)).shape == (3, 1)
+    assert default_levels(256) == 6 and default_levels(64) == 4
+
+
+def test_coordinate_grid_and_cameraman():
+    grid = coordinate_grid(4)
+    assert grid.shape == (16, 2)
+    assert torch.allclose(grid[1], torch.tensor([-1.0, -1 / 3]))  # row-major: second entry moves first
+    img = cameraman(64)
+    assert img.shape == (64, 64) and img.min() >= -1 and img.max() <= 1 and img.std() > 0.3
+    coords, pixels = image_fitting_data(32)
+    assert coords.shape == (1024, 2) and pixels.shape == (1024, 1)
+
+
+def test_fit_reduces_error_records_curves_and_snapshots():
+    torch.manual_seed(0)
+    coords, pixels = image_fitting_data(16)
+    model = build_model({"model": "sbsnn", "activation": "sin", "hidden_features": 32}, side=16)
+    result = fit_image(model, coords, pixels, steps=60, lr=1e-3, plateau={"factor": 0.5, "patience": 5},
+                       snapshot_steps=[0, 59], progress=False)
+    assert result.mse[-1] < 0.5 * result.mse[0]
+    assert result.psnr[-1] > result.psnr[0]
+    assert set(result.snapshots) == {0, 59} and result.snapshots[0].shape == (16, 16)
+    assert result.diverged_at is None
+    assert result.lr[0] == 1e-3 and np.all(np.diff(result.lr) <= 0)
+    back = FitResult.from_json(result.to_json())
+    assert np.array_equal(back.mse, result.mse) and back.first_step_below(1.0) == result.first_step_below(1.0)
+
+
+def test_divergence_is_recorded_not_raised():
+    torch.manual_seed(0)
+    coords, pixels = image_fitting_data(8)
+    model = build_model({"model": "sbsnn", "activation": "sin", "hidden_features": 16}, side=8)
+    with torch.no_grad():
+        model.net[-1].weight.fill_(float("nan"))
+    result = fit_image(model, coords, pixels, steps=5, lr=1e-3, progress=False)
+    assert result.diverged_at == 0 and np.all(np.isnan(result.mse))
+
+
+def test_bad_specs():
+    with pytest.raises(ValueError):
+        build_model({"model": "mlp"})
+    with pytest.raises(ValueError):
+        build_model({"model": "sbsnn", "activation": "sin", "encoder": "fourier"}, side=64)
+    with pytest.raises(ValueError):
+        ImplicitMLP("sin", first_layer="relu")
