@@ -2,3 +2,4 @@
 
 from gmp.models.mlp import PARAMS, mlp
 from gmp.models.deep import DeepMLP, deep_mlp
+from gmp.models.implicit import ImplicitMLP, SineLayer, Siren
