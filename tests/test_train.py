@@ -242,3 +242,57 @@ def test_bad_schedules_and_data_raise():
         fit(_model(), (x, y[:5]), epochs=1, lr=0.01)
     with pytest.raises(ValueError, match="rows"):
         fit(_model(), (x, y), epochs=1, lr=0.01, validation=(x[:3], y))
+
+
+def test_sgd_momentum_matches_a_plain_torch_loop():
+    x, y = _data(n=16)
+    model, reference = _model(), _model()
+    fit(model, (x, y), epochs=5, lr=0.05, optimizer="sgd", momentum=0.9, loss="mse")
+    opt = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(5):
+        opt.zero_grad()
+        (reference(x) - y).pow(2).mean().backward()
+        opt.step()
+    assert torch.allclose(model.weight, reference.weight) and torch.allclose(model.bias, reference.bias)
+
+
+def test_adam_options_are_passed_to_torch():
+    x, y = _data(n=16)
+    model, reference = _model(), _model()
+    fit(model, (x, y), epochs=3, lr=0.1, optimizer_options={"eps": 1e-1}, loss="mse")
+    opt = torch.optim.Adam(reference.parameters(), lr=0.1, eps=1e-1)
+    for _ in range(3):
+        opt.zero_grad()
+        (reference(x) - y).pow(2).mean().backward()
+        opt.step()
+    assert torch.allclose(model.weight, reference.weight)
+
+
+def test_augment_maps_every_training_batch_only():
+    seen = []
+
+    def augment(xb):
+        seen.append(xb.shape[0])
+        return -xb
+
+    x, y = _data(n=10)
+    history = fit(_model(), (x, y), epochs=2, lr=0.01, batch_size=5, augment=augment, validation=(x, y))
+    assert seen == [5, 5, 5, 5] and history.epochs == 2
+
+
+def test_patience_zero_never_stops_after_the_first_epoch():
+    # Keras stops when wait >= patience "and epoch > 0": with patience 0 the first epoch,
+    # always an improvement over +inf, cannot stop the run; the first non-improvement does.
+    history = fit(_model(), _data(), epochs=5, lr=0.01, loss=_scripted([3.0, 2.0, 2.5, 1.0, 1.0]),
+                  early_stopping=EarlyStopping(monitor="loss", patience=0))
+    assert history.stopped_epoch == 2 and history.best_epoch == 1
+
+
+def test_divergence_restores_best_weights_when_early_stopping_keeps_them():
+    snapshots = []
+    model = _model()
+    history = fit(model, _data(), epochs=5, lr=0.05, loss=_scripted([3.0, 1.0, 2.0, math.nan, 1.0], 1e-6),
+                  early_stopping=EarlyStopping(monitor="loss", patience=10, restore_best_weights=True),
+                  callbacks=[lambda e, m: snapshots.append(m.weight.detach().clone())])
+    assert history.diverged and history.diverged_epoch == 3 and history.restored_best
+    assert torch.equal(model.weight, snapshots[1])
