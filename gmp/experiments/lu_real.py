@@ -1,0 +1,578 @@
+"""Experiment of the chapter book/part2/lu_real.md (Section 3.2, Table 2 and Figs. 3, 8-13
+of Lu et al.): depth-200, width-500 networks trained on MNIST and CIFAR-10 with six
+activations, their GPN versions, with and without batch normalisation.
+
+Set-up of Section 3.2: row-normalised square weights ``W = (v_i/||v_i||)_i`` (Eq. (55)),
+one unconstrained layer at the bottom and one at the top, SGD with momentum 0.5, batch 64,
+learning rate 1e-4, 50 epochs (MNIST) / 100 epochs (CIFAR-10), no augmentation; "-BN"
+puts batch normalisation before the activation. Settings the paper does not state, and
+what we chose: ``V`` starts as a Haar-random orthogonal matrix (so ``W`` starts exactly
+orthogonal, the setting of the theory, Assumption 2); no biases (Definition 1); softmax
+cross-entropy; inputs standardised per channel (:mod:`gmp.data.classification`); the
+"Train" accuracy of Table 2 is the accuracy on the whole training set after the last
+epoch, in evaluation mode; one seed. The gradient norm ratio of Figs. 10-13 is
+``max_l ||dE/dV^(l)||_F / min_l ||dE/dV^(l)||_F`` over the square layers (Eq. (56)).
+
+MNIST and CIFAR-10 are not available offline and the paper's networks need a GPU, so the
+book's default (small) scale runs the same code on stand-in data that ship with the
+project (MNIST-1D, scikit-learn's 8x8 digits) at a reduced depth, width and length of
+training. Results on stand-in data are reported as such and never as MNIST/CIFAR-10 ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from gmp import data as _data
+from gmp.config import scaled
+from gmp.gpn import make_activation
+from gmp.models.deep import DeepMLP, deep_mlp
+from gmp.propagation import gradient_norm_ratio, parameter_gradient_norms
+from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp.train import accuracy, evaluate, fit
+
+ACTIVATIONS = ["Tanh", "ReLU", "LeakyReLU", "ELU", "SELU", "GELU"]
+PAPER_DATASETS = ("mnist", "cifar10")
+DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "mnist1d": "MNIST-1D", "digits": "sklearn digits"}
+UNTRAINABLE = ("ReLU", "LeakyReLU", "GELU")
+"""The activations Table 2 of Lu et al. reports as untrainable at depth 200 without GPN."""
+
+CONFIG = scaled(
+    common=dict(activations=ACTIVATIONS, weights="row_normalized", init="orthogonal",
+                momentum=0.5, batch_size=64, num_classes=10),
+    smoke=dict(data={"mnist": "digits", "cifar10": "mnist1d"}, width=16, depth=8,
+               epochs={"digits": 1, "mnist1d": 1}, lr=2e-2, max_train=256, ratio_every=1,
+               activations=["ReLU", "GELU"], cost_probe_depth=2, cost_probe_steps=1),
+    small=dict(data={"mnist": "digits", "cifar10": "digits"}, width=64, depth=20,
+               epochs={"digits": 4}, lr=2e-2, max_train=None, ratio_every=1,
+               cost_probe_depth=20, cost_probe_steps=3),
+    paper=dict(data={"mnist": "mnist", "cifar10": "cifar10"}, width=500, depth=200,
+               epochs={"mnist": 50, "cifar10": 100}, lr=1e-4, max_train=None, ratio_every=10,
+               cost_probe_depth=20, cost_probe_steps=3),
+)
+
+PAPER = {
+    # Table 2 of Lu et al.: accuracy (percent) of depth-200 networks, train / test, on MNIST
+    # and CIFAR-10; the second number of each pair is the paper's value in parentheses
+    # (batch normalisation before the activation).
+    "table2": {
+        "Tanh": {"mnist": {"train": (99.05, 87.39), "test": (96.57, 89.32)},
+                 "cifar10": {"train": (80.84, 27.90), "test": (42.71, 29.32)}},
+        "Tanh-GPN": {"mnist": {"train": (99.81, 84.93), "test": (95.54, 87.11)},
+                     "cifar10": {"train": (96.39, 25.13), "test": (40.95, 26.58)}},
+        "ReLU": {"mnist": {"train": (11.24, 11.24), "test": (11.35, 11.42)},
+                 "cifar10": {"train": (10.00, 10.00), "test": (10.00, 10.00)}},
+        "ReLU-GPN": {"mnist": {"train": (33.28, 11.42), "test": (28.13, 11.34)},
+                     "cifar10": {"train": (46.60, 10.09), "test": (34.96, 9.96)}},
+        "LeakyReLU": {"mnist": {"train": (11.24, 11.24), "test": (11.35, 11.63)},
+                      "cifar10": {"train": (10.00, 10.21), "test": (10.00, 10.06)}},
+        "LeakyReLU-GPN": {"mnist": {"train": (43.17, 11.19), "test": (49.28, 11.66)},
+                          "cifar10": {"train": (51.85, 9.89), "test": (39.38, 10.00)}},
+        "ELU": {"mnist": {"train": (99.06, 98.24), "test": (95.41, 97.48)},
+                "cifar10": {"train": (80.73, 42.39), "test": (45.76, 44.16)}},
+        "ELU-GPN": {"mnist": {"train": (100.00, 97.86), "test": (96.56, 96.69)},
+                    "cifar10": {"train": (99.37, 43.35), "test": (43.12, 44.36)}},
+        "SELU": {"mnist": {"train": (99.86, 97.82), "test": (97.33, 97.38)},
+                 "cifar10": {"train": (29.23, 46.47), "test": (29.55, 45.88)}},
+        "SELU-GPN": {"mnist": {"train": (99.92, 97.91), "test": (96.97, 97.39)},
+                     "cifar10": {"train": (98.24, 47.74), "test": (45.90, 45.52)}},
+        "GELU": {"mnist": {"train": (11.24, 12.70), "test": (11.35, 10.28)},
+                 "cifar10": {"train": (10.00, 10.43), "test": (10.00, 10.00)}},
+        "GELU-GPN": {"mnist": {"train": (97.67, 11.22), "test": (95.82, 9.74)},
+                     "cifar10": {"train": (90.51, 10.00), "test": (36.94, 10.00)}},
+    },
+    # Section 3.2: the set-up of Table 2 and Figs. 3, 8-13.
+    "setup": {"width": 500, "depth": 200, "momentum": 0.5, "batch_size": 64, "lr": 1e-4,
+              "epochs": {"mnist": 50, "cifar10": 100}},
+}
+
+FIGURE_FAMILIES = {"10": ["Tanh", "ReLU", "LeakyReLU"], "11": ["ELU", "SELU", "GELU"],
+                   "12": ["Tanh", "ReLU", "LeakyReLU"], "13": ["ELU", "SELU", "GELU"]}
+"""Activations of each gradient-ratio figure, read from the captions of Figs. 10-13 (the
+figures themselves are not in our copy of the paper): Figs. 10 and 12 name ReLU and
+LeakyReLU, Figs. 11 and 13 name GELU."""
+
+
+def variants(activations: list[str]) -> list[str]:
+    """``["Tanh", "Tanh-GPN", "ReLU", ...]``: each activation and its GPN version."""
+    return [name for act in activations for name in (act, f"{act}-GPN")]
+
+
+def run_label(variant: str, batchnorm: bool) -> str:
+    """The paper's name of a run: "-BN" appended when batch normalisation is used."""
+    return f"{variant}-BN" if batchnorm else variant
+
+
+def load_split(dataset: str, train: bool, max_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One split of ``dataset`` (mnist, cifar10, mnist1d or digits) from :mod:`gmp.data`,
+    optionally cut to its first ``max_rows`` rows."""
+    loaders: dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]] = {
+        "mnist": lambda: _data.mnist(train=train), "cifar10": lambda: _data.cifar10(train=train),
+        "mnist1d": lambda: _data.mnist1d(train=train), "digits": lambda: _data.digits(train=train)}
+    if dataset not in loaders:
+        raise ValueError(f"unknown dataset {dataset!r}: expected one of {', '.join(loaders)}")
+    x, y = loaders[dataset]()
+    return (x[:max_rows], y[:max_rows]) if max_rows is not None else (x, y)
+
+
+@functools.lru_cache(maxsize=None)
+def _activation(variant: str) -> nn.Module:
+    """The activation module of ``variant``, built once: the GPN constants come from quadrature."""
+    return make_activation(variant)
+
+
+def build(variant: str, batchnorm: bool, in_features: int, cfg: Mapping[str, Any], seed: int) -> DeepMLP:
+    """The network of Section 3.2: ``in_features -> width``, ``depth`` square layers with
+    ``cfg["weights"]`` (row-normalised, Eq. (55)), activation ``variant``, optional BN
+    before each activation, ``width -> num_classes``. With ``cfg["init"] == "orthogonal"``
+    each free matrix ``V`` starts Haar-orthogonal (``torch.nn.init.orthogonal_``)."""
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    model = deep_mlp(cfg["width"], cfg["depth"], _activation(variant), weights=cfg["weights"], batchnorm=batchnorm,
+                     in_features=in_features, out_features=cfg["num_classes"], generator=generator)
+    if cfg["init"] == "orthogonal":
+        with torch.no_grad():
+            for v in model.free_parameters():
+                nn.init.orthogonal_(v, generator=generator)
+    elif cfg["init"] != "default":
+        raise ValueError(f"init must be 'orthogonal' or 'default' (deep_mlp's), got {cfg['init']!r}")
+    return model
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def train_one(variant: str, batchnorm: bool, train: tuple[torch.Tensor, torch.Tensor],
+              test: tuple[torch.Tensor, torch.Tensor], epochs: int, cfg: Mapping[str, Any],
+              device: torch.device | str = "cpu", seed: int = 0) -> dict[str, Any]:
+    """Train one network of Table 2 and return what the table and Figs. 3, 8-13 need.
+
+    ``test_curve[e]``: test accuracy after epoch ``e``; ``ratio[k]``: gradient norm ratio
+    (Eq. (56)) at step ``ratio_steps[k]``, None where it is undefined (a gradient norm of 0
+    or not finite); ``max_grad[k]``: the largest ``||dE/dV^(l)||_F`` at that step. A run whose
+    loss becomes NaN or infinite is recorded as diverged (accuracies None from then on).
+    Accuracies are fractions in [0, 1].
+    """
+    model = build(variant, batchnorm, train[0].shape[1], cfg, seed)
+    every = int(cfg["ratio_every"])
+    steps: list[int] = []
+    ratios: list[float | None] = []
+    peaks: list[float | None] = []
+
+    def record(step: int, net: nn.Module) -> None:
+        if step % every:
+            return
+        norms = parameter_gradient_norms(net)
+        steps.append(step)
+        ratios.append(_finite(gradient_norm_ratio(norms)))
+        peaks.append(_finite(float(np.max(norms))) if np.all(np.isfinite(norms)) else None)
+
+    history = fit(model, train, epochs=epochs, lr=cfg["lr"], loss="cross_entropy", optimizer="sgd",
+                  momentum=cfg["momentum"], batch_size=cfg["batch_size"], seed=seed, validation=test,
+                  metrics={"accuracy": accuracy}, eval_batch_size=1000, step_callbacks=[record],
+                  device=device, progress=None, description=run_label(variant, batchnorm))
+    curve = [_finite(v) for v in history.metrics["accuracy"]]
+    final_train = None
+    if not history.diverged:
+        final_train = _finite(evaluate(model, train, loss="cross_entropy", metrics={"accuracy": accuracy},
+                                       batch_size=1000, device=device)["accuracy"])
+    defined = [r for r in ratios if r is not None]
+    grads = [g for g in peaks if g is not None]
+    return {"train_acc": final_train, "test_acc": curve[-1] if not history.diverged else None,
+            "test_curve": curve, "diverged": history.diverged, "diverged_epoch": history.diverged_epoch,
+            "steps": history.steps, "wall_time_s": history.wall_time_s,
+            "ratio_peak": max(defined) if defined else None,
+            "ratio_median": float(np.median(defined)) if defined else None,
+            "ratio_undefined": len(ratios) - len(defined),
+            "max_grad_median": float(np.median(grads)) if grads else None,
+            "ratio_steps": steps, "ratio": ratios, "max_grad": peaks}
+
+
+CURVES = ("ratio_steps", "ratio", "max_grad")
+"""Per-step records of :func:`train_one`, kept in the npz beside a saved result."""
+
+
+def split_curves(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(payload without the per-step curves, arrays)`` for ``Store.save``: the curves of run
+    ``label`` on ``dataset`` become arrays ``"<dataset>__<label>__<curve>"`` (None -> NaN)."""
+    light = {k: v for k, v in payload.items() if k != "runs"}
+    light["runs"] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for dataset, runs in payload["runs"].items():
+        light["runs"][dataset] = {}
+        for label, result in runs.items():
+            light["runs"][dataset][label] = {k: v for k, v in result.items() if k not in CURVES}
+            for curve in CURVES:
+                values = [np.nan if v is None else v for v in result[curve]]
+                arrays[f"{dataset}__{label}__{curve}"] = np.asarray(values, dtype=np.float64)
+    return light, arrays
+
+
+def join_curves(payload: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Inverse of :func:`split_curves` (NaN -> None)."""
+    out = {k: v for k, v in payload.items() if k != "runs"}
+    out["runs"] = {}
+    for dataset, runs in payload["runs"].items():
+        out["runs"][dataset] = {}
+        for label, result in runs.items():
+            joined = dict(result)
+            for curve in CURVES:
+                values = arrays[f"{dataset}__{label}__{curve}"].tolist()
+                joined[curve] = [int(v) for v in values] if curve == "ratio_steps" else \
+                    [None if math.isnan(v) else v for v in values]
+            out["runs"][dataset][label] = joined
+    return out
+
+
+def figure_source(dataset: str, live: Mapping[str, Any], cached: Mapping[str, Any] | None,
+                  scale: str) -> tuple[dict[str, Any], str]:
+    """The runs a figure of ``dataset`` (mnist or cifar10) shows, and a title saying what
+    they are: the paper-scale cache when it is current, else this build's runs on the data
+    that stood in for ``dataset``."""
+    if cached is not None and dataset in cached["runs"]:
+        return cached["runs"][dataset], (f"{DATASET_LABELS[dataset]}, depth {cached['depth']}, width "
+                                         f"{cached['width']} (paper-scale run, from the cache)")
+    used = live["data"][dataset]
+    stand_in = "" if used == dataset else f" standing in for {DATASET_LABELS[dataset]}"
+    return live["runs"][used], (f"{DATASET_LABELS[used]}{stand_in}: depth {live['depth']}, width "
+                                f"{live['width']}, {live['epochs'][used]} epoch(s), lr {live['lr']:g} "
+                                f"({scale} scale; paper-scale run not cached)")
+
+
+def run(cfg: Mapping[str, Any], store: Any = None, device: torch.device | str = "cpu",
+        seed: int = 0) -> dict[str, Any]:
+    """Every run of the chapter: for each paper dataset (``cfg["data"]`` maps it to the data
+    actually used), each variant of :func:`variants` with and without BN.
+
+    With ``store`` (a :class:`gmp.results.Store`), every run is memoised so an interrupted
+    paper-scale run resumes. Returns ``{"data": ..., "width", "depth", "epochs", "runs":
+    {dataset_used: {run_label: result of train_one}}}``.
+    """
+    runs: dict[str, dict[str, Any]] = {}
+    for dataset in dict.fromkeys(cfg["data"].values()):
+        train = load_split(dataset, True, cfg["max_train"])
+        test = load_split(dataset, False)
+        epochs = int(cfg["epochs"][dataset])
+        runs[dataset] = {}
+        for variant in variants(cfg["activations"]):
+            for batchnorm in (False, True):
+                label = run_label(variant, batchnorm)
+
+                def compute(variant=variant, batchnorm=batchnorm):
+                    return train_one(variant, batchnorm, train, test, epochs, cfg, device, seed)
+
+                key = f"{dataset}/{label}/seed{seed}"
+                runs[dataset][label] = store.memo(key, compute) if store is not None else compute()
+    return {"data": dict(cfg["data"]), "width": cfg["width"], "depth": cfg["depth"],
+            "epochs": dict(cfg["epochs"]), "lr": cfg["lr"], "seed": seed, "runs": runs}
+
+
+# ---------------------------------------------------------------- cost of the paper's run
+
+def step_seconds(width: int, depth: int, in_features: int, batch_size: int, device: torch.device | str = "cpu",
+                 steps: int = 3) -> float:
+    """Measured seconds per training step (forward, backward, SGD update) of a ReLU-GPN
+    network of Section 3.2 (row-normalised weights) after one warm-up step."""
+    cfg = {"width": width, "depth": depth, "weights": "row_normalized", "init": "default", "num_classes": 10}
+    model = build("ReLU-GPN", False, in_features, cfg, 0).to(device)
+    x = torch.randn(batch_size, in_features, device=device)
+    y = torch.randint(0, 10, (batch_size,), device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.5)
+    elapsed = 0.0
+    for i in range(steps + 1):
+        start = time.perf_counter()
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize()
+        if i:
+            elapsed += time.perf_counter() - start
+    return elapsed / steps
+
+
+def paper_cost(layer_step_s: float, overhead_layer_step_s: float, gpu_tflops: float = 20.0,
+               activations: int = 6) -> dict[str, float]:
+    """An estimate of the cost of the paper-scale run of Table 2 (not a measurement of it).
+
+    Steps: training sets of 60,000 (MNIST) and 50,000 (CIFAR-10) images, batch 64
+    (``ceil`` steps per epoch), 50 / 100 epochs, 2 x ``activations`` variants x (with,
+    without BN) per data set. FLOPs: about ``6 * batch * width^2`` per square layer and step
+    (forward 2, backward 4). ``layer_step_s``: measured seconds per square layer and step
+    at width 500 on this CPU, giving the CPU time. On a GPU the time is at least the larger
+    of the FLOPs at ``gpu_tflops`` (an assumed sustained rate) and the host-side cost of
+    launching the layer's operations, taken as ``overhead_layer_step_s``, the measured
+    seconds per layer and step of a network so narrow that its arithmetic is negligible.
+    Per-epoch evaluation of the test set is not counted.
+    """
+    setup = PAPER["setup"]
+    rows = {"mnist": 60_000, "cifar10": 50_000}
+    runs_per_dataset = 2 * activations * 2
+    steps = sum(math.ceil(n / setup["batch_size"]) * setup["epochs"][d] for d, n in rows.items()) * runs_per_dataset
+    layer_steps = steps * setup["depth"]
+    step_flops = 6 * setup["batch_size"] * setup["width"] ** 2 * setup["depth"]
+    flop_hours = steps * step_flops / (gpu_tflops * 1e12) / 3600
+    overhead_hours = layer_steps * overhead_layer_step_s / 3600
+    return {"steps": float(steps), "step_gflop": step_flops / 1e9, "total_pflop": steps * step_flops / 1e15,
+            "cpu_hours": layer_steps * layer_step_s / 3600, "gpu_flop_hours": flop_hours,
+            "gpu_overhead_hours": overhead_hours, "gpu_hours": max(flop_hours, overhead_hours),
+            "gpu_tflops": gpu_tflops}
+
+
+# ---------------------------------------------------------------- Table 2
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.2f}"
+
+
+def _cell(plain: Mapping[str, Any] | None, bn: Mapping[str, Any] | None, key: str) -> str:
+    def one(result):
+        if result is None:
+            return "—"
+        if result["diverged"]:
+            return f"diverged (ep. {result['diverged_epoch'] + 1})"
+        return _pct(result[key])
+    return f"{one(plain)} ({one(bn)})"
+
+
+def table2(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: str):
+    """Table 2 of Lu et al. side by side: the paper's accuracies, ours at this build's scale
+    (on the data the build used) and ours at paper scale from the cache (or "not yet run").
+    Cells read "without BN (with BN)", in percent, as in the paper."""
+    import pandas as pd
+
+    rows = {}
+    for variant in variants(ACTIVATIONS):
+        row = {}
+        for dataset in PAPER_DATASETS:
+            paper = PAPER["table2"][variant][dataset]
+            name = DATASET_LABELS[dataset]
+            for split in ("train", "test"):
+                row[("Paper", name, split.capitalize())] = f"{paper[split][0]:.2f} ({paper[split][1]:.2f})"
+        for used in dict.fromkeys(live["data"].values()):
+            runs = live["runs"].get(used, {})
+            stands_for = [DATASET_LABELS[d] for d, u in live["data"].items() if u == used and d != used]
+            name = DATASET_LABELS[used] + (f" (stand-in for {' and '.join(stands_for)})" if stands_for else "")
+            for split in ("train", "test"):
+                row[(f"Ours, {scale} scale", name, split.capitalize())] = _cell(
+                    runs.get(variant), runs.get(run_label(variant, True)), f"{split}_acc")
+        for dataset in PAPER_DATASETS:
+            name = DATASET_LABELS[dataset]
+            for split in ("train", "test"):
+                if cached is None:
+                    text = "not yet run at paper scale"
+                else:
+                    runs = cached["runs"].get(dataset, {})
+                    text = _cell(runs.get(variant), runs.get(run_label(variant, True)), f"{split}_acc")
+                row[("Ours, paper scale (cache)", name, split.capitalize())] = text
+        rows[variant] = row
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    frame.columns = pd.MultiIndex.from_tuples(frame.columns)
+    return frame
+
+
+# ---------------------------------------------------------------- figures
+
+def _family_runs(runs: Mapping[str, Any], activation: str) -> list[tuple[str, Mapping[str, Any]]]:
+    return [(label, runs[label]) for label in (activation, f"{activation}-GPN", f"{activation}-BN",
+                                               f"{activation}-GPN-BN") if label in runs]
+
+
+_STYLES = {"": ("C0", "-"), "-GPN": ("C1", "-"), "-BN": ("C0", ":"), "-GPN-BN": ("C1", ":")}
+
+
+def _style(label: str, activation: str) -> tuple[str, str]:
+    return _STYLES[label[len(activation):]]
+
+
+def plot_test_accuracy(runs: Mapping[str, Any], title: str, activations: list[str] | None = None):
+    """Test accuracy (percent) after each epoch, one panel per activation with its GPN and
+    BN variants (Figs. 3, 8 and 9 of Lu et al.); a diverged run ends with a cross."""
+    import matplotlib.pyplot as plt
+
+    activations = [a for a in (activations or ACTIVATIONS) if a in runs]
+    cols = min(3, len(activations))
+    rows = math.ceil(len(activations) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(10, 3.0 * rows), sharey=True, squeeze=False)
+    for ax, activation in zip(axes.flat, activations):
+        for label, result in _family_runs(runs, activation):
+            color, line = _style(label, activation)
+            curve = np.array([np.nan if v is None else 100 * v for v in result["test_curve"]])
+            epochs = np.arange(1, len(curve) + 1)
+            ax.plot(epochs, curve, color=color, linestyle=line, marker="o", markersize=3, label=label)
+            if result["diverged"]:
+                ax.plot(epochs[-1], 10, marker="x", color=color, markersize=8)
+        ax.set_title(activation)
+        ax.set_xlabel("epoch")
+        ax.set_ylim(0, 100)
+        ax.legend(fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("test accuracy (%)")
+    for ax in list(axes.flat)[len(activations):]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_gradient_ratio(runs: Mapping[str, Any], activations: list[str], title: str):
+    """Gradient norm ratio ``max_l ||dE/dV^(l)|| / min_l ||dE/dV^(l)||`` (Eq. (56)) against
+    the mini-batch update, one panel per activation (Figs. 10-13 of Lu et al.). Steps where
+    the ratio is undefined (a gradient norm of exactly 0, or not finite) leave gaps, as
+    the paper's empty plots do."""
+    import matplotlib.pyplot as plt
+
+    activations = [a for a in activations if a in runs]
+    fig, axes = plt.subplots(1, len(activations), figsize=(10, 3.4), squeeze=False)
+    for ax, activation in zip(axes[0], activations):
+        for label, result in _family_runs(runs, activation):
+            color, line = _style(label, activation)
+            ratio = np.array([np.nan if v is None else v for v in result["ratio"]], dtype=float)
+            ax.plot(result["ratio_steps"], ratio, color=color, linestyle=line, linewidth=1, label=label)
+        ax.set_yscale("log")
+        ax.set_title(activation)
+        ax.set_xlabel("mini-batch update")
+        ax.legend(fontsize=7)
+    axes[0, 0].set_ylabel("gradient norm ratio")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- claims
+
+def _datasets(payload: Mapping[str, Any]) -> list[str]:
+    return list(dict.fromkeys(payload["data"].values()))
+
+
+def _on_paper_data(payload: Mapping[str, Any]) -> bool:
+    return set(payload["runs"]) >= set(PAPER_DATASETS) and payload["depth"] == PAPER["setup"]["depth"]
+
+
+def _cap(verdict: str, payload: Mapping[str, Any]) -> str:
+    """A verdict from stand-in data or a reduced depth is at most "partly"."""
+    return PARTLY if verdict == REPRODUCED and not _on_paper_data(payload) else verdict
+
+
+def _where(payload: Mapping[str, Any]) -> str:
+    names = ", ".join(DATASET_LABELS[d] for d in _datasets(payload))
+    return f"{names}, depth {payload['depth']}, width {payload['width']}"
+
+
+def _acc(result: Mapping[str, Any], key: str = "train_acc") -> float:
+    value = result.get(key)
+    return math.nan if value is None or result["diverged"] else value
+
+
+CHANCE_MARGIN = 0.05
+TRAINABLE_MARGIN = 0.10
+
+
+def _untrainable(payload):
+    cases = [(d, a) for d in _datasets(payload) for a in UNTRAINABLE if a in payload["runs"][d]]
+    accs = {(d, a): _acc(payload["runs"][d][a]) for d, a in cases}
+    chance = 1 / 10
+    stuck = [k for k, v in accs.items() if not v > chance + CHANCE_MARGIN]
+    text = (f"{len(stuck)}/{len(cases)} of (ReLU, LeakyReLU, GELU) x data at <= 15% train accuracy; "
+            + "; ".join(f"{DATASET_LABELS[d]} {a}: {_pct(None if math.isnan(v) else v)}%" for (d, a), v in accs.items())
+            + f" ({_where(payload)})")
+    verdict = REPRODUCED if cases and len(stuck) == len(cases) else PARTLY if stuck else NOT_REPRODUCED
+    return text, _cap(verdict, payload)
+
+
+def _gpn_trainable(payload):
+    cases = [(d, a) for d in _datasets(payload) for a in UNTRAINABLE
+             if a in payload["runs"][d] and f"{a}-GPN" in payload["runs"][d]]
+    gains = {(d, a): _acc(payload["runs"][d][f"{a}-GPN"]) - _acc(payload["runs"][d][a]) for d, a in cases}
+    trained = [k for k, g in gains.items() if g >= TRAINABLE_MARGIN]
+    text = (f"{len(trained)}/{len(cases)} GPN versions beat the plain one by >= 10 points of train accuracy; "
+            + "; ".join(f"{DATASET_LABELS[d]} {a}-GPN {100 * g:+.1f}" for (d, a), g in gains.items())
+            + f" ({_where(payload)})")
+    verdict = (REPRODUCED if cases and len(trained) == len(cases)
+               else PARTLY if 2 * len(trained) >= len(cases) and trained else NOT_REPRODUCED)
+    return text, _cap(verdict, payload)
+
+
+def _gpn_train_acc(payload):
+    cases = [(d, a) for d in _datasets(payload) for a in ACTIVATIONS
+             if a in payload["runs"][d] and f"{a}-GPN" in payload["runs"][d]]
+    better = [(d, a) for d, a in cases
+              if _acc(payload["runs"][d][f"{a}-GPN"]) >= _acc(payload["runs"][d][a])]
+    worse = [f"{DATASET_LABELS[d]} {a}" for d, a in cases if (d, a) not in better]
+    text = (f"GPN train accuracy >= plain in {len(better)}/{len(cases)} comparisons"
+            + (f"; not for {', '.join(worse)}" if worse else "") + f" ({_where(payload)})")
+    verdict = (REPRODUCED if cases and len(better) == len(cases)
+               else PARTLY if 4 * len(better) >= 3 * len(cases) else NOT_REPRODUCED)
+    return text, _cap(verdict, payload)
+
+
+EXPLOSION_FACTOR = 10.0
+
+
+def _peak(result: Mapping[str, Any]) -> float:
+    """Largest gradient norm ratio over the run; inf if the run diverged or the ratio was
+    undefined (a gradient norm of 0 or not finite) at some step."""
+    if result["diverged"] or result["ratio_undefined"]:
+        return math.inf
+    return result["ratio_peak"] if result["ratio_peak"] is not None else math.nan
+
+
+def _bn_explodes(payload):
+    cases = [(d, v) for d in _datasets(payload) for v in variants(ACTIVATIONS)
+             if v in payload["runs"][d] and f"{v}-BN" in payload["runs"][d]]
+    plain = {k: _peak(payload["runs"][k[0]][k[1]]) for k in cases}
+    with_bn = {k: _peak(payload["runs"][k[0]][f"{k[1]}-BN"]) for k in cases}
+    comparable = [k for k in cases if math.isfinite(plain[k]) and not math.isnan(with_bn[k])]
+    worse = [k for k in comparable if with_bn[k] >= EXPLOSION_FACTOR * plain[k]]
+    gpn_peaks = {f"{DATASET_LABELS[d]} {v}": plain[d, v] for d, v in cases if v.endswith("-GPN")}
+    text = (f"peak ratio with BN >= {EXPLOSION_FACTOR:g} x the peak without BN in {len(worse)}/{len(comparable)} "
+            f"variants with a defined ratio without BN (median peak with BN "
+            f"{np.median([with_bn[k] for k in comparable]) if comparable else math.nan:.3g}); peak ratio of the "
+            "GPN networks without BN: " + ", ".join(f"{k} {v:.3g}" for k, v in gpn_peaks.items())
+            + f" ({_where(payload)})")
+    verdict = (REPRODUCED if comparable and len(worse) == len(comparable)
+               else PARTLY if worse and 2 * len(worse) >= len(comparable) else NOT_REPRODUCED)
+    return text, _cap(verdict, payload)
+
+
+_STAND_IN = (" Runs on stand-in data or at a reduced depth count at most as partly; only MNIST and "
+             "CIFAR-10 at depth 200 can reproduce it.")
+
+CLAIMS = [
+    Claim(key="lu-real-untrainable", paper="lu", result="runs",
+          text="Table 2: depth-200 networks with ReLU, LeakyReLU or GELU (no GPN, no BN) are not "
+               "trainable on MNIST and CIFAR-10 (accuracy at chance).",
+          rule="reproduced if every such run ends with a training accuracy <= 15% (chance is 10%); partly "
+               "if some do; else not reproduced." + _STAND_IN,
+          check=_untrainable),
+    Claim(key="lu-real-gpn-trainable", paper="lu", result="runs",
+          text="Table 2: once ReLU, LeakyReLU and GELU are GPN, the depth-200 networks can be trained.",
+          rule="reproduced if each GPN version's training accuracy exceeds its plain version's by >= 10 "
+               "points on every data set; partly if at least half do; else not reproduced." + _STAND_IN,
+          check=_gpn_trainable),
+    Claim(key="lu-real-gpn-train-accuracy", paper="lu", result="runs",
+          text="Table 2: GPN activations consistently outperform their unnormalised counterparts in "
+               "training accuracy (without BN).",
+          rule="reproduced if the GPN version's training accuracy is >= the plain one's for all six "
+               "activations on every data set; partly if for >= 3/4 of the comparisons; else not "
+               "reproduced." + _STAND_IN,
+          check=_gpn_train_acc),
+    Claim(key="lu-real-bn-explodes", paper="lu", result="runs",
+          text="Figs. 10-13: batch normalisation leads to gradient explosion with every activation, while "
+               "without BN the GPN activations keep a stable gradient norm ratio.",
+          rule="reproduced if, for every activation and GPN version whose ratio without BN is defined "
+               "throughout training (no gradient norm of exactly 0), the peak gradient norm ratio (Eq. (56)) "
+               "with BN is >= 10 x the peak without BN (a diverged BN run counts as an explosion); partly "
+               "if for at least half; else not reproduced (the GPN peaks without BN are reported beside)."
+               + _STAND_IN,
+          check=_bn_explodes),
+]
