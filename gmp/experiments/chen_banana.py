@@ -75,7 +75,8 @@ def banana_data(cfg: Config, seed: int, protocol: str) -> ToyData:
                   dtype=torch.float64)
 
 
-def _key(method: str, lr: float, protocol: str, seed: int) -> str:
+def run_key(method: str, lr: float, protocol: str, seed: int) -> str:
+    """The key of one run in the dict returned by :func:`run` (and in the resumable journal)."""
     return f"{method}-lr{lr:g}-{protocol}-seed{seed}"
 
 
@@ -141,7 +142,7 @@ def run(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | 
         for method in cfg.methods:
             for lr in cfg.lrs:
                 for seed in seeds:
-                    key = _key(method, lr, protocol, seed)
+                    key = run_key(method, lr, protocol, seed)
                     runs[key] = store.memo(key, lambda m=method, l=lr, p=protocol, s=seed:
                                            train_one(cfg, m, l, p, s, device))
     return runs
@@ -169,7 +170,7 @@ def summary(cfg: Config, runs: Mapping[str, Mapping[str, Any]], seeds: Sequence[
             for lr in cfg.lrs:
                 cell = {}
                 for seed in seeds:
-                    r = runs[_key(method, lr, protocol, seed)]
+                    r = runs[run_key(method, lr, protocol, seed)]
                     h = r["history"]
                     cell[str(seed)] = {
                         "test_accuracy": r["test_accuracy"], "train_accuracy": r["train_accuracy"],
@@ -185,7 +186,7 @@ def trajectories(cfg: Config, runs: Mapping[str, Mapping[str, Any]], protocol: s
                  lrs: Mapping[str, float]) -> dict[str, np.ndarray]:
     """``phi`` trajectories (records, units, 2) of each method at its learning rate in ``lrs``."""
     return {method: np.array([[[np.nan if v is None else v for v in p] for p in record]
-                              for record in runs[_key(method, lrs[method], protocol, seed)]["trajectory"]],
+                              for record in runs[run_key(method, lrs[method], protocol, seed)]["trajectory"]],
                              dtype=float) for method in cfg.methods}
 
 
