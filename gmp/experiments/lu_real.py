@@ -455,7 +455,9 @@ def _datasets(payload: Mapping[str, Any]) -> list[str]:
 
 
 def _on_paper_data(payload: Mapping[str, Any]) -> bool:
-    return set(payload["runs"]) >= set(PAPER_DATASETS) and payload["depth"] == PAPER["setup"]["depth"]
+    setup = PAPER["setup"]
+    return (set(payload["runs"]) >= set(PAPER_DATASETS) and payload["depth"] == setup["depth"]
+            and payload["width"] == setup["width"])
 
 
 def _cap(verdict: str, payload: Mapping[str, Any]) -> str:
