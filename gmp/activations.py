@@ -127,6 +127,13 @@ ACTIVATION_LABELS: dict[str, str] = {
 }
 """Every activation name that :func:`activation` accepts, with its legend label."""
 
+ACTIVATION_TEXT: dict[str, str] = {
+    "sin": "√2 sin(x + π/4)", "triangle": "√2 sin(T(x) + π/4)", "abs_sin": "√2 |sin(x + π/4)|",
+    "sqrt_sigmoid": "√(2/(1 + e^−x))", "gpn_tanh": "GPN tanh", "gpn_gelu": "GPN GELU", "gpn_elu": "GPN ELU",
+    "gpn_leaky_relu": "GPN leaky ReLU", "gpn_relu": "GPN ReLU",
+}
+"""Plain-text names of the activations, for tables."""
+
 PAPER_COLOURS: dict[str, str] = {
     "sin": "black", "triangle": "hotpink", "abs_sin": "darkorange", "sqrt_sigmoid": "goldenrod",
     "gpn_tanh": "red", "gpn_gelu": "turquoise", "gpn_elu": "blue", "gpn_leaky_relu": "purple",

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from scipy import integrate
 
-from gmp.activations import ACTIVATION_LABELS, activation, strong_condition
+from gmp.activations import ACTIVATION_LABELS, ACTIVATION_TEXT, activation, strong_condition
 from gmp.config import scaled
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
 
@@ -130,10 +130,14 @@ def theorem1_table(candidates: Sequence[tuple[str, bool]] = THEOREM1_CANDIDATES)
     for text, expected in candidates:
         expr = sympy.sympify(text, locals={"x": x})
         value, derivative = symbolic_strong_condition(expr, x)
-        rows.append({"f": sympy.latex(expr), "value_residual": sympy.latex(value),
-                     "derivative_residual": sympy.latex(derivative),
+        rows.append({"f": _text(expr), "value_residual": _text(value), "derivative_residual": _text(derivative),
                      "satisfies": bool(value == 0 and derivative == 0), "theorem1_says": expected})
     return rows
+
+
+def _text(expr) -> str:
+    """A sympy expression as plain text for a table: ``sqrt(2)*sin(x + pi/4)`` -> ``√2·sin(x + π/4)``."""
+    return str(expr).replace("sqrt(2)", "√2").replace("pi", "π").replace("**", "^").replace("*", "·")
 
 
 def lemma1_residual(f: Callable[[torch.Tensor], torch.Tensor], radius: float, points: int) -> float:
@@ -227,10 +231,15 @@ def gpn_tanh_second_moments(names: Sequence[str]) -> dict[str, list[float]]:
             for name in names}
 
 
-def _fig1_check(payload: Mapping[str, Any]) -> tuple[str, str]:
+def fig1_ranking(payload: Mapping[str, Any]) -> list[str]:
+    """Activations of Fig. 1 from the lowest to the highest mean over widths of log10 deviation."""
     dev = payload["deviation"]
     score = {name: float(np.mean(np.log10(np.maximum(values, 1e-300)))) for name, values in dev.items()}
-    ranking = sorted(score, key=score.get)
+    return sorted(score, key=score.get)
+
+
+def _fig1_check(payload: Mapping[str, Any]) -> tuple[str, str]:
+    ranking = fig1_ranking(payload)
     measured = "ranking by mean log10 deviation over widths: " + ", ".join(ranking[:3]) + ", ..."
     two = set(ranking[:2])
     if two == set(PAPER["fig1_two_lowest"]):
@@ -265,8 +274,9 @@ def _theorem2_check(payload: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _theorem3_check(payload: Mapping[str, Any]) -> tuple[str, str]:
-    worst = max(abs(v - PAPER["theorem3_moment"]) for values in payload["sin"].values() for v in values)
-    measured = f"max |E[f^(n)(W)^2] - 1| = {worst:.1e} over {len(payload['sin'])} symmetric laws"
+    symmetric = {k: v for k, v in payload["sin"].items() if k != "exponential"}
+    worst = max(abs(v - PAPER["theorem3_moment"]) for values in symmetric.values() for v in values)
+    measured = f"max |E[f^(n)(W)^2] - 1| = {worst:.1e} over {len(symmetric)} symmetric laws"
     return measured, REPRODUCED if worst < 1e-6 else PARTLY if worst < 1e-2 else NOT_REPRODUCED
 
 
@@ -307,3 +317,154 @@ CLAIMS = [
                "else not reproduced",
           check=_theorem3_check),
 ]
+
+
+def run(cfg, store, seed: int) -> dict[str, dict[str, Any]]:
+    """Every result of the chapter at the scale of ``cfg``, journalled by ``store.memo``."""
+    widths = cfg.fig1_widths
+    return {
+        "fig1": {"widths": widths, "deviation": store.memo(
+            f"fig1-{seed}", lambda: fig1_deviation(cfg.activations, widths, cfg.fig1_layers, cfg.fig1_runs, seed))},
+        "fig2": {"width": cfg.fig2_width, "deviation": store.memo(
+            f"fig2-{seed}", lambda: fig2_recovery(cfg.activations, cfg.fig2_width, cfg.fig2_layers, cfg.fig2_runs,
+                                                  cfg.fig2_start_norm, seed))},
+        "theorem1": {"rows": store.memo("theorem1", theorem1_table)},
+        "condition": {"rows": store.memo("condition", lambda: condition_table(
+            cfg.condition_activations, cfg.condition_radius, cfg.condition_points))},
+        "theorem3": store.memo("theorem3", lambda: {
+            "sin": symmetric_second_moments([*cfg.theorem3_distributions, "exponential"], cfg.theorem3_orders),
+            "gpn_tanh": gpn_tanh_second_moments([*cfg.theorem3_distributions, "exponential"])}),
+    }
+
+
+def _legend_label(name: str) -> str:
+    return ACTIVATION_LABELS[name]
+
+
+def plot_fig1(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: str):
+    """Fig. 1: summed norm deviation over the layers against the width (log-log)."""
+    import matplotlib.pyplot as plt
+
+    from gmp.activations import PAPER_COLOURS
+
+    panels = [(f"this build ({scale})", live)] + ([("paper scale (cache)", cached)] if cached else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4), squeeze=False,
+                             sharey=True)
+    for ax, (title, payload) in zip(axes[0], panels):
+        for name, values in payload["deviation"].items():
+            ax.loglog(payload["widths"], values, "o-", ms=3, color=PAPER_COLOURS[name], label=_legend_label(name))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("width n")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel(r"$\sum_k \,|\,\|x_k\|/\sqrt{n} - 1\,|$ (mean over runs)")
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def plot_fig2(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: str):
+    """Fig. 2: deviation of the mean norm from ``sqrt(n)`` after each of the first layers."""
+    import matplotlib.pyplot as plt
+
+    from gmp.activations import PAPER_COLOURS
+
+    panels = [(f"this build ({scale})", live)] + ([("paper scale (cache)", cached)] if cached else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4), squeeze=False,
+                             sharey=True)
+    for ax, (title, payload) in zip(axes[0], panels):
+        for name, values in payload["deviation"].items():
+            ax.semilogy(range(1, len(values) + 1), values, "o-", ms=3, color=PAPER_COLOURS[name],
+                        label=_legend_label(name))
+        ax.set_xlabel("layer k")
+        ax.set_title(f"{title}, n = {payload['width']}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel(r"$|\,\mathrm{mean}_l\, \|x_k^{(l)}\|/\sqrt{n} - 1\,|$")
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def plot_fig3(radius: float = 8.0):
+    """Fig. 3: three SBSNN activations, with ``f^2 - 1`` and ``f'^2 - 1`` (both odd)."""
+    import matplotlib.pyplot as plt
+
+    from gmp.activations import PAPER_COLOURS
+
+    x = torch.linspace(-radius, radius, 4001, dtype=torch.float64)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    for name, style in (("sin", "-"), ("triangle", "-"), ("abs_sin", "--")):
+        f = activation(name)
+        z = (x + 1e-9).requires_grad_(True)  # right derivative at the kinks
+        y = f(z)
+        (dy,) = torch.autograd.grad(y.sum(), z)
+        y = y.detach()
+        kw = dict(color=PAPER_COLOURS[name], ls=style, lw=1.6, label=_legend_label(name))
+        axes[0].plot(x, y, **kw)
+        axes[1].plot(x, y ** 2 - 1, **kw)
+        axes[2].plot(x, dy ** 2 - 1, **kw)
+    for ax, title in zip(axes, ["$f(x)$", "$f(x)^2 - 1$ (odd)", "$f'(x)^2 - 1$ (odd, one-sided at kinks)"]):
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.axvline(0, color="grey", lw=0.5)
+        ax.set_title(title)
+        ax.set_xlabel("x")
+    axes[0].legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def _cache_text(cached: Mapping[str, Any] | None, status: str) -> str:
+    return {"absent": "not yet run at paper scale", "stale": "stale cache"}.get(status, "")
+
+
+def theorem1_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str):
+    """Table: symbolic residuals of the strong condition per candidate, Theorem 1's verdict beside ours."""
+    import pandas as pd
+
+    rows = []
+    for i, row in enumerate(live["rows"]):
+        paper_scale = (("satisfies" if cached["rows"][i]["satisfies"] else "fails") if cached
+                       else _cache_text(cached, status))
+        rows.append({"f(x)": row["f"], "f(x)² + f(−x)² − 2": row["value_residual"],
+                     "f′(x)² + f′(−x)² − 2": row["derivative_residual"],
+                     "Theorem 1": "satisfies" if row["theorem1_says"] else "fails",
+                     "ours (this build)": "satisfies" if row["satisfies"] else "fails",
+                     "ours (paper scale)": paper_scale})
+    return pd.DataFrame(rows).style.hide(axis="index")
+
+
+def condition_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str):
+    """Table: the numerical strong condition and Lemma 1's ODE for every activation."""
+    import pandas as pd
+
+    paper_says = {"sin": "holds (Thm. 1)", "triangle": "holds (Thm. 2)", "abs_sin": "holds (Thm. 2)",
+                  "sqrt_sigmoid": "f² − 1 odd only (Sec. 2)"}
+    rows = []
+    for name, row in live["rows"].items():
+        other = cached["rows"].get(name) if cached else None
+        rows.append({"activation": ACTIVATION_TEXT[name], "paper": paper_says.get(name, "not claimed"),
+                     "max |f(x)² + f(−x)² − 2|": f"{row['value_violation']:.1e}",
+                     "max |f′(x)² + f′(−x)² − 2|": f"{row['derivative_violation']:.1e}",
+                     "Lemma 1: max |u′² − 4(1 − u²)|": f"{row['lemma1_residual']:.1e}",
+                     "ours (this build)": "holds" if row["holds"] else "fails",
+                     "ours (paper scale)": ("holds" if other["holds"] else "fails") if other
+                     else _cache_text(cached, status)})
+    return pd.DataFrame(rows).style.hide(axis="index")
+
+
+def theorem3_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str):
+    """Table: ``E[f^(n)(W)^2]`` per distribution, GPN tanh beside, and the paper-scale worst case."""
+    import pandas as pd
+
+    rows = []
+    for name, values in live["sin"].items():
+        row = {"W": DISTRIBUTIONS[name], "paper (Thm. 3)": "1" if name != "exponential" else "not claimed"}
+        row.update({f"E[f^({n})(W)²]": f"{v:.10f}" for n, v in enumerate(values)})
+        g2, dg2 = live["gpn_tanh"][name]
+        row["GPN tanh: E[g(W)²]"] = f"{g2:.4f}"
+        row["GPN tanh: E[g′(W)²]"] = f"{dg2:.4f}"
+        other = cached["sin"].get(name) if cached else None
+        row["ours (paper scale): max |E − 1|"] = (f"{max(abs(v - 1) for v in other):.1e}" if other
+                                                  else _cache_text(cached, status))
+        rows.append(row)
+    return pd.DataFrame(rows).style.hide(axis="index")
