@@ -8,7 +8,8 @@ A unit vector ``u`` in R^n is written with ``n - 1`` angles ``theta``::
 
 :func:`angles_to_unit` computes the map with one cumulative product (no loop over units
 or over the dimension) and a hand-written backward pass that costs O(n) per unit, so a
-geometric-parameterization layer pays O(out * in) per step for its direction.
+geometric-parameterization layer pays O(out * in) per step for its direction;
+:func:`scaled_directions` computes ``r u(theta)`` at the same cost.
 :func:`unit_to_angles` is its exact inverse for every nonzero vector, including those
 with a negative last coordinate: the first ``n - 2`` angles lie in [0, pi] and the last
 one in (-pi, pi]. (The official TensorFlow code of Chen & Ge loses the sign of ``u_n``
@@ -17,68 +18,88 @@ at initialisation; ours does not.)
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["angles_to_unit", "unit_to_angles", "uniform_directions"]
-
-
-def _prefix_products(sines: torch.Tensor) -> torch.Tensor:
-    """``P`` with ``P_0 = 1`` and ``P_j = sin(theta_1) ... sin(theta_j)``, shape (..., n)."""
-    ones = torch.ones_like(sines[..., :1])
-    return torch.cat([ones, torch.cumprod(sines, dim=-1)], dim=-1)
-
-
-def _unit_from_prefix(prefix: torch.Tensor, cosines: torch.Tensor) -> torch.Tensor:
-    """Eq. (6): ``u_i = P_{i-1} cos(theta_i)`` and ``u_n = P_{n-1}``."""
-    unit = prefix.clone()
-    unit[..., :-1] *= cosines
-    return unit
+__all__ = ["angles_to_unit", "scaled_directions", "unit_to_angles", "uniform_directions"]
 
 
 def _angles_to_unit_reference(theta: torch.Tensor) -> torch.Tensor:
     """Eq. (6) in plain differentiable torch ops (autograd through ``cumprod``)."""
-    prefix = _prefix_products(torch.sin(theta))
+    prefix = torch.cat([torch.ones_like(theta[..., :1]), torch.cumprod(torch.sin(theta), dim=-1)], dim=-1)
     return torch.cat([prefix[..., :-1] * torch.cos(theta), prefix[..., -1:]], dim=-1)
 
 
-class _AnglesToUnit(torch.autograd.Function):
-    """Eq. (6) with an O(n) backward per unit.
+class _ScaledUnit(torch.autograd.Function):
+    """``scale[:, None] * u(theta)`` for angles of shape (m, n - 1), Eq. (6), with an O(n)
+    backward per row.
 
-    With ``P_j`` the prefix products of the sines and ``g = dL/du``, the gradient of the
-    angle ``theta_j`` (0-based) is ::
+    Forward: one cumulative product ``P_0 = scale``, ``P_{j+1} = P_j sin(theta_j)``
+    (0-based), then ``w_j = P_j cos(theta_j)`` for ``j < n - 1`` and ``w_{n-1} = P_{n-1}``.
+    Backward, with ``g = dL/dw``: ``theta_j`` enters ``w_j`` through ``cos`` and every later
+    ``w_i`` through the factor ``sin(theta_j)``, so ::
 
-        dL/dtheta_j = -g_j P_{j+1} + cot(theta_j) * sum_{i > j} g_i u_i,
+        dL/dtheta_j = -g_j P_{j+1} + cot(theta_j) * sum_{i > j} g_i w_i,
+        dL/dscale   = sum_i g_i w_i / scale,
 
-    because ``theta_j`` enters ``u_j`` through ``cos`` and every later ``u_i`` through
-    the factor ``sin(theta_j)``. The tail sums are one reverse cumulative sum. Units for
-    which a prefix product vanishes (an angle exactly 0 or pi, so the cotangent formula
-    reads 0/0) take the exact gradient of the plain ``cumprod`` formula instead.
+    where the tail sums are one reverse cumulative sum. Rows whose last (hence smallest,
+    as ``|sin| <= 1``) prefix product vanishes (an angle exactly 0 or pi, or a zero scale:
+    the formulas read 0/0) take the exact gradient of the plain ``cumprod`` formula.
+    Folding the scale into the first prefix product makes ``r u(theta)`` of a GmP layer
+    cost no pass more than ``u(theta)``.
     """
 
     @staticmethod
-    def forward(ctx, theta: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        m, n = theta.shape[0], theta.shape[1] + 1
         sines, cosines = torch.sin(theta), torch.cos(theta)
-        prefix = _prefix_products(sines)
-        unit = _unit_from_prefix(prefix, cosines)
-        ctx.save_for_backward(theta, sines, cosines, prefix, unit)
-        return unit
+        prefix = torch.empty(m, n, dtype=theta.dtype, device=theta.device)
+        prefix[:, 0] = scale
+        prefix[:, 1:] = sines
+        prefix.cumprod_(dim=1)
+        weight = torch.empty_like(prefix)
+        torch.mul(prefix[:, :-1], cosines, out=weight[:, :-1])
+        weight[:, -1] = prefix[:, -1]
+        ctx.save_for_backward(theta, scale, sines, cosines, prefix, weight)
+        return weight
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_unit: torch.Tensor) -> torch.Tensor:
-        theta, sines, cosines, prefix, unit = ctx.saved_tensors
-        tail = (grad_unit[..., 1:] * unit[..., 1:]).flip(-1).cumsum(-1).flip(-1)
-        grad = torch.addcdiv(-grad_unit[..., :-1] * prefix[..., 1:], tail * cosines, sines)
-        threshold = torch.finfo(theta.dtype).tiny ** 0.5
-        degenerate = (prefix[..., 1:].abs() < threshold).any(dim=-1)
+    def backward(ctx, grad_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        theta, scale, sines, cosines, prefix, weight = ctx.saved_tensors
+        # reversed[:, k] = sum_{i >= n - 1 - k} g_i w_i: the tail sums, last column first.
+        reversed_tails = (grad_weight * weight).flip(1).cumsum_(1)
+        grad_theta = reversed_tails[:, :-1].flip(1)  # sum_{i > j} g_i w_i, a fresh contiguous buffer
+        grad_theta.mul_(cosines).div_(sines).addcmul_(grad_weight[:, :-1], prefix[:, 1:], value=-1.0)
+        grad_scale = reversed_tails[:, -1] / scale
+        degenerate = prefix[:, -1].abs() < torch.finfo(theta.dtype).tiny ** 0.5
         if bool(degenerate.any()):
             with torch.enable_grad():
                 rows = theta[degenerate].detach().requires_grad_(True)
-                (exact,) = torch.autograd.grad(_angles_to_unit_reference(rows), rows,
-                                               grad_unit[degenerate])
-            grad[degenerate] = exact
-        return grad
+                row_scale = scale[degenerate].detach().requires_grad_(True)
+                exact = row_scale[:, None] * _angles_to_unit_reference(rows)
+                grad_rows, grad_row_scale = torch.autograd.grad(exact, (rows, row_scale), grad_weight[degenerate])
+            grad_theta[degenerate] = grad_rows
+            grad_scale[degenerate] = grad_row_scale
+        return grad_theta, grad_scale
+
+
+def scaled_directions(theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``scale[:, None] * u(theta)``: rows of length ``|scale|`` along Eq. (6)'s unit vectors.
+
+    Args:
+        theta: angles of shape ``(m, n - 1)``.
+        scale: one factor per row, shape ``(m,)``.
+
+    Returns:
+        Shape ``(m, n)``; differentiable in both arguments at O(m n) cost.
+    """
+    _check_floating(theta, "theta")
+    if theta.dim() != 2 or scale.shape != theta.shape[:1]:
+        raise ValueError(f"expected theta (m, n - 1) and scale (m,), got {tuple(theta.shape)} and {tuple(scale.shape)}")
+    return _ScaledUnit.apply(theta, scale.to(theta.dtype))
 
 
 def _check_floating(x: torch.Tensor, name: str) -> None:
@@ -100,7 +121,9 @@ def angles_to_unit(theta: torch.Tensor) -> torch.Tensor:
         Unit vectors of shape ``(..., n)``. With ``n - 1 = 0`` angles the result is 1.
     """
     _check_floating(theta, "theta")
-    return _AnglesToUnit.apply(theta)
+    flat = theta.reshape(math.prod(theta.shape[:-1]), theta.shape[-1])
+    unit = _ScaledUnit.apply(flat, torch.ones(flat.shape[0], dtype=theta.dtype, device=theta.device))
+    return unit.reshape(*theta.shape[:-1], theta.shape[-1] + 1)
 
 
 def unit_to_angles(u: torch.Tensor) -> torch.Tensor:

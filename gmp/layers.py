@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gmp.hyperspherical import angles_to_unit, unit_to_angles, uniform_directions
+from gmp.hyperspherical import angles_to_unit, scaled_directions, unit_to_angles, uniform_directions
 
 __all__ = ["GmPLinear", "MeanNorm", "convert", "INITS"]
 
@@ -173,6 +173,11 @@ class GmPLinear(nn.Module):
             raise ValueError(f"GmPLinear expects inputs of shape (..., {self.in_features}), got {tuple(x.shape)}")
         if self.mean_norm is not None:
             x = self.mean_norm(x)
+        if self.theta is not None and (self._act is F.relu and bool((self.r > 0).all())
+                                       or self.activation == "identity"):
+            # r * relu(u . x + lam) = relu((r u) . x + r lam) for r > 0 (and any r without
+            # activation): one matrix product, with r u(theta) built at the cost of u(theta).
+            return self._act(F.linear(x, scaled_directions(self.theta, self.r), self.r * self.lam))
         return self._act(F.linear(x, self.direction, self.lam)) * self.r
 
     def extra_repr(self) -> str:

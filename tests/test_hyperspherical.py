@@ -127,3 +127,15 @@ def test_bad_input():
         gmp.angles_to_unit(torch.tensor(1.0))
     with pytest.raises(ValueError, match=">= 1"):
         gmp.uniform_directions(3, 0)
+
+
+def test_scaled_directions_value_and_gradcheck():
+    from gmp.hyperspherical import scaled_directions
+
+    theta = torch.randn(7, 4, dtype=torch.float64)
+    scale = torch.tensor([1.5, -0.7, 0.0, 2.0, 1e-3, -3.0, 0.4], dtype=torch.float64)
+    theta[3, 1] = 0.0
+    assert torch.allclose(scaled_directions(theta, scale), scale[:, None] * gmp.angles_to_unit(theta), atol=1e-15)
+    assert torch.autograd.gradcheck(scaled_directions, (theta.requires_grad_(True), scale.requires_grad_(True)))
+    with pytest.raises(ValueError, match=r"scale \(m,\)"):
+        scaled_directions(theta, scale[:3])

@@ -159,3 +159,21 @@ def test_bad_input():
     with pytest.raises(ValueError, match="nonzero"):
         gmp.convert(nn.Sequential(nn.Linear(2, 2), nn.ReLU()).requires_grad_(False).apply(
             lambda m: m.weight.zero_() if isinstance(m, nn.Linear) else None))
+
+
+def test_fast_path_for_positive_scales_matches_the_general_formula():
+    torch.manual_seed(1)
+    layer = gmp.GmPLinear(9, 6, init="glorot", dtype=torch.float64)
+    with torch.no_grad():
+        layer.lam.normal_()
+        layer.r.uniform_(0.5, 2.0)
+    x = torch.randn(13, 9, dtype=torch.float64)
+    out = layer(x)
+    out.square().sum().backward()
+    fast = [p.grad.clone() for p in (layer.theta, layer.lam, layer.r)]
+    layer.zero_grad()
+    reference = layer.r * torch.relu(x @ gmp.angles_to_unit(layer.theta).T + layer.lam)
+    assert torch.allclose(out, reference, atol=1e-13)
+    reference.square().sum().backward()
+    for got, expected in zip(fast, (layer.theta.grad, layer.lam.grad, layer.r.grad)):
+        assert torch.allclose(got, expected, atol=1e-12)

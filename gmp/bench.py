@@ -1,0 +1,94 @@
+"""Benchmark: the cost of geometric parameterization against a standard ReLU layer.
+
+``python -m gmp.bench`` times one forward + backward step of ``GmPLinear(n, n)`` and of
+``nn.Linear(n, n)`` + ReLU (float32, CPU unless ``--device`` says otherwise) at several
+batch sizes, in the same run, and prints their ratio. Each timing is the minimum over
+``--repeats`` repetitions (others may share the machine). A GmP layer built on the plain
+``cumprod`` formula with autograd is timed too, to show what the O(n) custom backward of
+:func:`gmp.angles_to_unit` saves. Not a test: timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gmp.hyperspherical import _angles_to_unit_reference
+from gmp.layers import GmPLinear
+
+
+class _CumprodGmPLinear(GmPLinear):
+    """GmPLinear with its direction differentiated by autograd through ``cumprod``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.linear(x, _angles_to_unit_reference(self.theta), self.lam)) * self.r
+
+
+def _step_times(models: dict[str, nn.Module], x: torch.Tensor, repeats: int, inner: int) -> dict[str, float]:
+    """Per model, the minimum over ``repeats`` of the mean time of ``inner`` forward + backward
+    steps; the models take turns within each repeat so that they share the machine's load."""
+    def step(model: nn.Module) -> None:
+        model.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+
+    best = {name: float("inf") for name in models}
+    for round_ in range(repeats + 1):  # round 0 warms up
+        for name, model in models.items():
+            if x.is_cuda:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(inner):
+                step(model)
+            if x.is_cuda:
+                torch.cuda.synchronize()
+            elapsed = (time.perf_counter() - start) / inner
+            if round_ > 0:
+                best[name] = min(best[name], elapsed)
+    return best
+
+
+def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: int = 7,
+        device: str = "cpu", print_fn: Callable[[str], None] = print) -> list[dict[str, float]]:
+    """Time the three layers at each batch size; return one row per batch size."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    models = {
+        "linear_relu": nn.Sequential(nn.Linear(width, width), nn.ReLU()).to(dev),
+        "gmp": GmPLinear(width, width, init="glorot").to(dev),
+        "gmp_cumprod": _CumprodGmPLinear(width, width, init="glorot").to(dev),
+    }
+    rows = []
+    print_fn(f"forward+backward, {width}x{width}, float32, {dev}, torch {torch.__version__}, "
+             f"{torch.get_num_threads()} threads; min over {repeats} repeats")
+    print_fn(f"{'batch':>6} {'Linear+ReLU ms':>15} {'GmPLinear ms':>13} {'ratio':>6} {'cumprod ms':>11} {'ratio':>6}")
+    for batch in batches:
+        x = torch.randn(batch, width, device=dev)
+        inner = max(1, 2048 // batch)
+        t = _step_times(models, x, repeats, inner)
+        row = {"batch": batch, **{f"{k}_ms": v * 1e3 for k, v in t.items()},
+               "ratio": t["gmp"] / t["linear_relu"], "ratio_cumprod": t["gmp_cumprod"] / t["linear_relu"]}
+        rows.append(row)
+        print_fn(f"{batch:>6} {row['linear_relu_ms']:>15.2f} {row['gmp_ms']:>13.2f} {row['ratio']:>6.2f} "
+                 f"{row['gmp_cumprod_ms']:>11.2f} {row['ratio_cumprod']:>6.2f}")
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 512, 4096])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    run(args.width, args.batches, args.repeats, args.device)
+
+
+if __name__ == "__main__":
+    main()
