@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
+#: The scales of every chapter, from fastest to the paper's own settings. ``smoke`` runs
+#: every code path in seconds, ``small`` is the default build, ``paper`` the paper's settings.
 SCALES: tuple[str, ...] = ("smoke", "small", "paper")
-"""smoke: every code path runs in seconds; small: the default build; paper: the paper's settings."""
 
 
 def resolve_scale(scale: str | None = None) -> str:

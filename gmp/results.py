@@ -34,8 +34,11 @@ from gmp import config as _config
 REPRODUCED = "reproduced"
 PARTLY = "partly"
 NOT_REPRODUCED = "not reproduced"
+#: Shown when no paper-scale cache exists.
 NOT_RUN = "not yet run at paper scale"
+#: Shown when the paper-scale cache was computed with a different config.
 STALE = "stale: config changed since the paper-scale run"
+#: The verdicts a claim's rule may give; the ledger adds :data:`NOT_RUN` and :data:`STALE`.
 VERDICTS: tuple[str, ...] = (REPRODUCED, PARTLY, NOT_REPRODUCED)
 
 STAGING_ENV = "GMP_RESULTS_STAGING"
