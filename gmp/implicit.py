@@ -171,3 +171,18 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
         if scheduler is not None:
             scheduler.step(value)
     return FitResult(mse, psnrs, lrs, snapshots, diverged_at, time.perf_counter() - started)
+
+
+def fit_spec(spec: Mapping[str, Any], coords: Tensor, pixels: Tensor, *, seed: int,
+             device: torch.device | str = "cpu", snapshot_steps: Iterable[int] = (), desc: str | None = None
+             ) -> FitResult:
+    """Build the network of ``spec`` (see :func:`build_model`) from ``seed`` and fit it.
+
+    ``spec`` also holds the optimisation settings: ``"steps"``, ``"lr"`` and ``"plateau"``
+    (``{"factor": ..., "patience": ...}`` or None for a constant learning rate).
+    """
+    side = math.isqrt(pixels.shape[0])
+    torch.manual_seed(seed)
+    model = build_model(spec, side)
+    return fit_image(model, coords, pixels, steps=spec["steps"], lr=spec["lr"], plateau=spec.get("plateau"),
+                     snapshot_steps=snapshot_steps, device=device, desc=desc)
