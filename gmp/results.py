@@ -316,22 +316,38 @@ def experiment_chapters() -> list[str]:
 
 
 def ledger_rows(link_prefix: str = "") -> list[dict[str, str]]:
-    """One row per claim of every chapter, with the verdict from the paper-scale cache."""
+    """One row per claim of every chapter, with the verdict from the paper-scale cache.
+
+    Each row holds the HTML cells of the ledger and, under ``"verdict"``, the plain verdict.
+    """
     rows = []
     for chapter in experiment_chapters():
         for claim in _claims_of(chapter):
             measured, verdict = _paper_scale_cell(chapter, claim)
             part = _chapter_folder(chapter)
             link = f'<a href="{link_prefix}{part}/{chapter}.html">{chapter}</a>' if part else chapter
-            rows.append({"Paper": PAPERS.get(claim.paper, claim.paper), "Claim": html.escape(claim.text),
-                         "Rule": html.escape(claim.rule), "Measured at paper scale": html.escape(measured),
-                         "Verdict": _verdict_html(verdict), "Chapter": link})
+            rows.append({"Paper": html.escape(PAPERS.get(claim.paper, claim.paper)),
+                         "Claim": html.escape(claim.text), "Rule": html.escape(claim.rule),
+                         "Measured at paper scale": html.escape(measured), "Verdict": _verdict_html(verdict),
+                         "Chapter": link, "verdict": verdict})
     return rows
 
 
 def ledger(link_prefix: str = ""):
-    """The claims ledger of the whole book as an HTML table."""
-    return _table(ledger_rows(link_prefix))
+    """The claims ledger of the whole book: verdict counts per paper, then every claim."""
+    from IPython.display import HTML
+
+    rows = ledger_rows(link_prefix)
+    if not rows:
+        return _table(rows)
+    verdicts = [*VERDICTS, NOT_RUN, STALE]
+    counts = {paper: dict.fromkeys(verdicts, 0) for paper in dict.fromkeys(r["Paper"] for r in rows)}
+    for row in rows:
+        counts[row["Paper"]][row["verdict"]] += 1
+    summary = [{"Paper": paper, **{v: str(n) for v, n in c.items()}} for paper, c in counts.items()]
+    for row in rows:
+        del row["verdict"]
+    return HTML(_table(summary).data + _table(rows).data)
 
 
 def _chapter_folder(chapter: str) -> str | None:

@@ -102,13 +102,15 @@ def test_claims_table_and_ledger_use_the_paper_scale_cache_only(chapter, tmp_pat
     table = results.claims_table("fake_chapter", {"summary": {"gap": 0.1}}, "small").data
     assert "gap 0.10" in table and NOT_RUN in table
     [row] = results.ledger_rows()
-    assert row["Verdict"].endswith(f"{NOT_RUN}</span>")
+    assert row["Verdict"].endswith(f"{NOT_RUN}</span>") and row["verdict"] == NOT_RUN
     _publish(tmp_path, "paper", {"gap": 3.0}, config.load("fake_chapter", "paper").digest)
     [row] = results.ledger_rows()
     assert PARTLY in row["Verdict"] and row["Measured at paper scale"] == "gap 3.00"
     _publish(tmp_path, "paper", {"gap": 0.0}, "0000")
     [row] = results.ledger_rows()
     assert STALE in row["Verdict"]
+    summary = results.ledger().data
+    assert "<td>Chen &amp; Ge</td><td>0</td><td>0</td><td>0</td><td>0</td><td>1</td>" in summary
     with pytest.raises(ValueError, match="needs the live result 'summary'"):
         results.claims_table("fake_chapter", {}, "small")
 
