@@ -13,9 +13,12 @@ from gmp import train
 from gmp.train import EarlyStopping, History, ReduceLROnPlateau, fit
 from gmp.hyperspherical import angles_to_unit, unit_to_angles, uniform_directions
 from gmp.layers import GmPLinear, MeanNorm, convert
+from gmp.conv import GmPConv2d
 from gmp.characteristic import (BoundaryPerturbation, CharacteristicTracker, boundary_angle,
                                 characteristic_points, perturb_boundary)
 from gmp.models.mlp import mlp
+from gmp.models.vgg import vgg6
+from gmp.models.resnet import resnet34
 from gmp import gpn, propagation
 from gmp.gpn import GPN, gaussian_moments, gpn_constants, hermite_coefficients, make_activation
 from gmp.models.deep import DeepMLP, deep_mlp
