@@ -9,8 +9,9 @@ objective whose error signal at the output is ``dE/dx^(L+1) = g``, one pass comp
   (Eq. (3)), summed over the samples of the batch,
 * per-layer histograms of ``phi'(h_i^(l))`` (Figures 2 and 6).
 
-The backward recursion is written out (Eq. (2)) rather than left to autograd so that only
-the pre-activations are kept in memory; ``phi'`` itself comes from autograd.
+The backward recursion is written out (Eq. (2)) rather than left to autograd: the forward
+pass keeps ``x^(l)`` and the diagonal of ``D^(l)`` of every layer (``phi'`` itself comes
+from autograd), nothing else.
 """
 
 from __future__ import annotations
@@ -59,6 +60,14 @@ def _phi_and_derivative(phi: torch.nn.Module, h: torch.Tensor) -> tuple[torch.Te
     return y.detach(), dy
 
 
+def _histogram(values: torch.Tensor, bins: int, lo: float, hi: float) -> tuple[np.ndarray, int, int]:
+    """Counts of ``values`` in ``bins`` equal bins on [lo, hi), and the counts below and
+    above, in one pass (torch.histc is slow on the CPU)."""
+    idx = torch.floor((values.flatten() - lo) * (bins / (hi - lo))).clamp_(-1, bins).long() + 1
+    counts = torch.bincount(idx, minlength=bins + 2).cpu().numpy().astype(np.int64)
+    return counts[1:-1], int(counts[0]), int(counts[-1])
+
+
 @torch.no_grad()
 def propagate(model: DeepMLP, x: torch.Tensor, output_grad: torch.Tensor, bins: int = 250,
               hist_range: tuple[float, float] = (-0.5, 2.0)) -> Propagation:
@@ -67,7 +76,8 @@ def propagate(model: DeepMLP, x: torch.Tensor, output_grad: torch.Tensor, bins: 
     ``x`` (batch x n) is ``x^(1)``, the input of the first square layer (an unconstrained
     ``model.first`` is not applied); ``output_grad`` (batch x n) is ``dE/dx^(L+1)``, so the
     objective is ``E = sum_s <output_grad_s, x_s^(L+1)>`` (``model.last`` is not applied).
-    Networks with batch normalisation are rejected: Eq. (2) has no BN term.
+    ``bins = 0`` skips the histograms. Networks with batch normalisation are rejected:
+    Eq. (2) has no BN term.
     """
     if not isinstance(model, DeepMLP):
         raise ValueError(f"expected a gmp DeepMLP, got {type(model).__name__}")
@@ -79,36 +89,36 @@ def propagate(model: DeepMLP, x: torch.Tensor, output_grad: torch.Tensor, bins: 
         raise ValueError(f"x and output_grad must both have shape (batch, {n}), "
                          f"got {tuple(x.shape)} and {tuple(output_grad.shape)}")
     lo, hi = hist_range
-    if not (bins >= 1 and hi > lo):
-        raise ValueError(f"need bins >= 1 and hist_range (lo, hi) with hi > lo, got {bins}, {hist_range}")
+    if not (bins >= 0 and hi > lo):
+        raise ValueError(f"need bins >= 0 and hist_range (lo, hi) with hi > lo, got {bins}, {hist_range}")
     weights = [w.detach() for w in model.square_weights()]
     if any(layer.bias is not None for layer in model.layers):
         raise ValueError("propagate() follows Eq. (1), which has no bias")
     L = len(weights)
-    hs: list[torch.Tensor | None] = []
+    xs: list[torch.Tensor | None] = []
+    Ds: list[torch.Tensor | None] = []
     x_norms = [x.norm(dim=1)]
     cur = x
     for l in range(L):
-        h = cur @ weights[l].T
-        hs.append(h)
-        cur, _ = _phi_and_derivative(model.phi, h)
+        xs.append(cur)
+        cur, D = _phi_and_derivative(model.phi, cur @ weights[l].T)
+        Ds.append(D)
         x_norms.append(cur.norm(dim=1))
     d_norm = np.empty(L)
     grad_norm = np.empty(L)
-    hist = np.empty((L, bins), dtype=np.int64)
+    hist = np.zeros((L, bins), dtype=np.int64)
     below = above = 0
     d = output_grad
     for l in range(L - 1, -1, -1):
-        _, D = _phi_and_derivative(model.phi, hs[l])
-        hist[l] = torch.histc(D, bins=bins, min=lo, max=hi).cpu().numpy().astype(np.int64)
-        below += int((D < lo).sum())
-        above += int((D > hi).sum())
+        D = Ds[l]
+        if bins:
+            hist[l], low, high = _histogram(D, bins, lo, hi)
+            below, above = below + low, above + high
         d = D * d                                     # d^(l) = D^(l) (W^(l+1))^T d^(l+1)
-        x_l = x if l == 0 else _phi_and_derivative(model.phi, hs[l - 1])[0]
         d_norm[l] = float(d.norm(dim=1).mean())
-        grad_norm[l] = float((d.T @ x_l).norm())      # Eq. (3) summed over the batch
+        grad_norm[l] = float((d.T @ xs[l]).norm())    # Eq. (3) summed over the batch
         d = d @ weights[l]
-        hs[l] = None
+        xs[l] = Ds[l] = None
     xn = torch.stack(x_norms)
     return Propagation(x_norm=xn.mean(dim=1).cpu().numpy(), x_norm_std=xn.std(dim=1, correction=0).cpu().numpy(),
                        d_norm=d_norm, grad_norm=grad_norm, hist=hist,

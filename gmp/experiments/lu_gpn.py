@@ -227,3 +227,79 @@ CLAIMS = [
                "orthogonal network has equal gradient norms to 1e-10; else not reproduced",
           check=_proposition1),
 ]
+
+
+def table1_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
+    """Table 1 of Lu et al. beside ours (both roots of Eq. (10)) at this build's scale and
+    from the paper-scale cache (``None``: not available)."""
+    import pandas as pd
+
+    rows = []
+    for name, ref in PAPER["table1"].items():
+        row = live["table1"][name]
+        star = {"+": ("*", ""), "-": ("", "*")}[row["paper_root"]]
+        rows.append({
+            "activation": ACTIVATION_LABELS[name],
+            "paper a": f"{ref['a']:.4f}", "paper b": f"{ref['b']:.4f}",
+            "ours a": f"{row['a']:.4f}",
+            "ours b (+ root)": f"{row['b_plus']:.4f}{star[0]}",
+            "ours b (- root)": f"{row['b_minus']:.4f}{star[1]}",
+            "ours - paper (a, b)": f"{row['a'] - ref['a']:+.1e}, {row['b'] - ref['b']:+.1e}",
+            "paper scale (cache): a, b": (f"{cached['table1'][name]['a']:.4f}, {cached['table1'][name]['b']:.4f}"
+                                          if cached else "not yet run at paper scale"),
+        })
+    return pd.DataFrame(rows).set_index("activation")
+
+
+def poincare_frame(payload: Mapping[str, Any]):
+    """Var[phi] against E[phi'^2] (Theorem 1) for every tested function."""
+    import pandas as pd
+
+    rows = [{"function": ACTIVATION_LABELS.get(k, k), "Var[phi]": v["var"], "E[phi'^2]": v["deriv_second"],
+             "E[phi'^2] - Var[phi]": v["deriv_second"] - v["var"]} for k, v in payload["poincare"].items()]
+    return pd.DataFrame(rows).set_index("function").style.format("{:.6f}")
+
+
+def plot_hermite(payload: Mapping[str, Any]):
+    """Left: a_k^2 against k; right: the partial sums of Eq. (27) relative to their limits."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, row in payload["hermite"].items():
+        coef = np.asarray(row["coef"])
+        k = np.arange(coef.size)
+        keep = coef ** 2 > 1e-30
+        left.semilogy(k[keep], coef[keep] ** 2, ".-", ms=3, lw=0.8, label=ACTIVATION_LABELS[name])
+        missing = row["deriv_second"] - np.cumsum(k * coef ** 2)
+        right.semilogy(k, np.maximum(missing, 1e-16), lw=1, label=ACTIVATION_LABELS[name])
+    left.set_xlabel("$k$")
+    left.set_ylabel("$a_k^2$")
+    left.set_title(r"Hermite spectrum, $\phi = \sum_k a_k H_k$ (Eq. (21))", fontsize=10)
+    right.set_xlabel("$K$")
+    right.set_ylabel(r"$E[\phi'^2] - \sum_{k \leq K} k\, a_k^2$")
+    right.set_title("missing derivative energy after K terms (Eq. (27))", fontsize=10)
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_proposition1(payload: Mapping[str, Any]):
+    """||dE/dW^(l)||_F against ||x^(l)|| ||d^(l)|| (Eq. (19)) on one sample."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for label, name in (("tanh_gpn", "Tanh-GPN"), ("linear", r"linear $\phi(x) = x$")):
+        row = payload["prop1"][label]
+        grad = np.asarray(row["grad_norm"])
+        product = np.asarray(row["x_norm"][:grad.size]) * np.asarray(row["d_norm"])
+        layers = np.arange(1, grad.size + 1)
+        ax.plot(layers, grad, "o", mfc="none", label=rf"{name}: $\|\partial E/\partial W^{{(l)}}\|_F$ (Eq. (3))")
+        ax.plot(layers, product, "-", label=rf"{name}: $\|x^{{(l)}}\|_2 \|d^{{(l)}}\|_2$")
+    ax.set_xlabel("layer $l$")
+    ax.set_ylabel("norm")
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
