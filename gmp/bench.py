@@ -29,7 +29,13 @@ class _CumprodGmPLinear(GmPLinear):
         return F.relu(F.linear(x, _angles_to_unit_reference(self.theta), self.lam)) * self.r
 
 
-def _step_times(models: dict[str, nn.Module], x: torch.Tensor, repeats: int, inner: int) -> dict[str, float]:
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+"""``wall``: elapsed time; ``cpu``: CPU time of this process (all its threads), which a busy
+shared machine disturbs less (most meaningful with one thread, ``OMP_NUM_THREADS=1``)."""
+
+
+def _step_times(models: dict[str, nn.Module], x: torch.Tensor, repeats: int, inner: int,
+                clock: Callable[[], float]) -> dict[str, float]:
     """Per model, the minimum over ``repeats`` of the mean time of ``inner`` forward + backward
     steps; the models take turns within each repeat so that they share the machine's load."""
     def step(model: nn.Module) -> None:
@@ -41,22 +47,24 @@ def _step_times(models: dict[str, nn.Module], x: torch.Tensor, repeats: int, inn
         for name, model in models.items():
             if x.is_cuda:
                 torch.cuda.synchronize()
-            start = time.perf_counter()
+            start = clock()
             for _ in range(inner):
                 step(model)
             if x.is_cuda:
                 torch.cuda.synchronize()
-            elapsed = (time.perf_counter() - start) / inner
+            elapsed = (clock() - start) / inner
             if round_ > 0:
                 best[name] = min(best[name], elapsed)
     return best
 
 
 def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: int = 7,
-        device: str = "cpu", print_fn: Callable[[str], None] = print) -> list[dict[str, float]]:
+        device: str = "cpu", clock: str = "wall", print_fn: Callable[[str], None] = print) -> list[dict[str, float]]:
     """Time the three layers at each batch size; return one row per batch size."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if clock not in CLOCKS:
+        raise ValueError(f"unknown clock {clock!r}: expected one of {', '.join(CLOCKS)}")
     torch.manual_seed(0)
     dev = torch.device(device)
     models = {
@@ -66,12 +74,12 @@ def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: in
     }
     rows = []
     print_fn(f"forward+backward, {width}x{width}, float32, {dev}, torch {torch.__version__}, "
-             f"{torch.get_num_threads()} threads; min over {repeats} repeats")
+             f"{torch.get_num_threads()} threads; {clock} clock, min over {repeats} repeats")
     print_fn(f"{'batch':>6} {'Linear+ReLU ms':>15} {'GmPLinear ms':>13} {'ratio':>6} {'cumprod ms':>11} {'ratio':>6}")
     for batch in batches:
         x = torch.randn(batch, width, device=dev)
         inner = max(1, 2048 // batch)
-        t = _step_times(models, x, repeats, inner)
+        t = _step_times(models, x, repeats, inner, CLOCKS[clock])
         row = {"batch": batch, **{f"{k}_ms": v * 1e3 for k, v in t.items()},
                "ratio": t["gmp"] / t["linear_relu"], "ratio_cumprod": t["gmp_cumprod"] / t["linear_relu"]}
         rows.append(row)
@@ -86,8 +94,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 512, 4096])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS))
     args = parser.parse_args(argv)
-    run(args.width, args.batches, args.repeats, args.device)
+    run(args.width, args.batches, args.repeats, args.device, args.clock)
 
 
 if __name__ == "__main__":

@@ -41,38 +41,41 @@ class _ScaledUnit(torch.autograd.Function):
     Backward, with ``g = dL/dw``: ``theta_j`` enters ``w_j`` through ``cos`` and every later
     ``w_i`` through the factor ``sin(theta_j)``, so ::
 
-        dL/dtheta_j = -g_j P_{j+1} + cot(theta_j) * sum_{i > j} g_i w_i,
+        dL/dtheta_j = -g_j P_{j+1} + cot(theta_j) * sum_{i > j} g_i w_i
+                    = -g_j P_{j+1} + (w_j / P_{j+1}) * sum_{i > j} g_i w_i,
         dL/dscale   = sum_i g_i w_i / scale,
 
-    where the tail sums are one reverse cumulative sum. Rows whose last (hence smallest,
-    as ``|sin| <= 1``) prefix product vanishes (an angle exactly 0 or pi, or a zero scale:
-    the formulas read 0/0) take the exact gradient of the plain ``cumprod`` formula.
-    Folding the scale into the first prefix product makes ``r u(theta)`` of a GmP layer
-    cost no pass more than ``u(theta)``.
+    where the tail sums are one reverse cumulative sum, and ``cot(theta_j) = w_j / P_{j+1}``
+    holds to rounding, so only ``P`` and ``w`` are kept for the backward pass. Rows whose
+    last (hence smallest, as ``|sin| <= 1``) prefix product vanishes (an angle exactly 0 or
+    pi, or a zero scale: the formulas read 0/0) take the exact gradient of the plain
+    ``cumprod`` formula. Folding the scale into the first prefix product makes ``r u(theta)``
+    of a GmP layer cost no pass more than ``u(theta)``.
     """
 
     @staticmethod
     def forward(ctx, theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         m, n = theta.shape[0], theta.shape[1] + 1
-        sines, cosines = torch.sin(theta), torch.cos(theta)
         prefix = torch.empty(m, n, dtype=theta.dtype, device=theta.device)
         prefix[:, 0] = scale
-        prefix[:, 1:] = sines
+        torch.sin(theta, out=prefix[:, 1:])
         prefix.cumprod_(dim=1)
         weight = torch.empty_like(prefix)
-        torch.mul(prefix[:, :-1], cosines, out=weight[:, :-1])
+        torch.cos(theta, out=weight[:, :-1])
+        weight[:, :-1] *= prefix[:, :-1]
         weight[:, -1] = prefix[:, -1]
-        ctx.save_for_backward(theta, scale, sines, cosines, prefix, weight)
+        ctx.save_for_backward(theta, scale, prefix, weight)
         return weight
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        theta, scale, sines, cosines, prefix, weight = ctx.saved_tensors
+        theta, scale, prefix, weight = ctx.saved_tensors
         # reversed[:, k] = sum_{i >= n - 1 - k} g_i w_i: the tail sums, last column first.
         reversed_tails = (grad_weight * weight).flip(1).cumsum_(1)
         grad_theta = reversed_tails[:, :-1].flip(1)  # sum_{i > j} g_i w_i, a fresh contiguous buffer
-        grad_theta.mul_(cosines).div_(sines).addcmul_(grad_weight[:, :-1], prefix[:, 1:], value=-1.0)
+        grad_theta.mul_(weight[:, :-1]).div_(prefix[:, 1:])
+        grad_theta.addcmul_(grad_weight[:, :-1], prefix[:, 1:], value=-1.0)
         grad_scale = reversed_tails[:, -1] / scale
         degenerate = prefix[:, -1].abs() < torch.finfo(theta.dtype).tiny ** 0.5
         if bool(degenerate.any()):

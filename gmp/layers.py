@@ -21,7 +21,7 @@ from gmp.hyperspherical import angles_to_unit, scaled_directions, unit_to_angles
 __all__ = ["GmPLinear", "MeanNorm", "convert", "INITS"]
 
 INITS: tuple[str, ...] = ("uniform", "glorot")
-"""GmP initialisations: "uniform" (paper text, Sec. 3.3) and "glorot" (official code)."""
+"""The GmP initialisations, "uniform" (paper text, Sec. 3.3) and "glorot" (official code)."""
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,

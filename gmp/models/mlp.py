@@ -30,7 +30,9 @@ from gmp.layers import GmPLinear, MeanNorm
 
 __all__ = ["mlp", "PARAMS", "MLP_INITS"]
 
+#: The parameterizations :func:`mlp` builds.
 PARAMS: tuple[str, ...] = ("sp", "wn", "bn", "wn_mbn", "gmp", "gmp_mn")
+#: The initialisations of the GmP layers :func:`mlp` builds.
 MLP_INITS: tuple[str, ...] = ("glorot", "uniform")
 _ACTIVATIONS = {"relu": nn.ReLU, "identity": nn.Identity}
 
