@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -62,3 +63,13 @@ def test_bad_input():
         PositionalEncoding(0)
     with pytest.raises(ValueError, match="2-D coordinates"):
         PositionalEncoding(2, rotated=True)(torch.zeros(4, 3))
+
+
+def test_axis_energy_detects_line_patterns():
+    from gmp.experiments.sbsnn_encoders import axis_energy
+
+    grid = np.linspace(0, 2 * np.pi, 32, endpoint=False)
+    x, y = np.meshgrid(grid, grid, indexing="ij")
+    assert axis_energy(np.sin(3 * x) + np.cos(5 * y)) == pytest.approx(1.0)
+    assert axis_energy(np.sin(3 * x + 2 * y)) == pytest.approx(0.0, abs=1e-12)
+    assert 0 < axis_energy(np.random.default_rng(0).normal(size=(32, 32))) < 0.2
