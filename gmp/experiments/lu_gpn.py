@@ -4,7 +4,6 @@ identity of Proposition 1."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
