@@ -106,6 +106,7 @@ class Cached:
     payload: dict[str, Any] | None = None
     arrays: dict[str, np.ndarray] | None = None
     provenance: dict[str, Any] | None = None
+    journalled: int = 0
 
     @property
     def current(self) -> bool:
@@ -114,7 +115,11 @@ class Cached:
     def describe(self) -> str:
         """One sentence on where this result comes from, for a chapter or the ledger."""
         if self.status == "absent":
-            return f"Not yet run at {self.scale} scale: run `python -m gmp.runs {self.chapter} --scale {self.scale}`."
+            text = f"Not yet run at {self.scale} scale: run `python -m gmp.runs {self.chapter} --scale {self.scale}`."
+            if self.journalled:
+                text += (f" An unfinished run with the current config has journalled {self.journalled} finished "
+                         f"units; that command resumes from them.")
+            return text
         p = self.provenance or {}
         when = f"{p.get('date', '?')} on {p.get('device', '?')}, commit {str(p.get('commit', '?'))[:10]}, " \
                f"gmp {p.get('gmp_version', '?')}, torch {p.get('torch_version', '?')}, " \
@@ -170,8 +175,7 @@ class Store:
         self._journal: dict[str, Any] = {}
         self._journal_path: Path | None = None
         if self.staging is not None:
-            root = self.staging.parent
-            self._journal_path = root / "_partial" / f"{cfg.scale}-{cfg.digest}.jsonl"
+            self._journal_path = self.staging.parent / "_partial" / f"{cfg.scale}-{cfg.digest}.jsonl"
             if self._journal_path.is_file():
                 for line in self._journal_path.read_text().splitlines():
                     try:
@@ -221,7 +225,7 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     root = results_root()
     folder = root / chapter / scale if root else None
     if folder is None or not (folder / f"{name}.json").is_file() or not (folder / "provenance.json").is_file():
-        return Cached(chapter, name, scale, "absent")
+        return Cached(chapter, name, scale, "absent", journalled=_journalled(chapter, scale))
     provenance = json.loads((folder / "provenance.json").read_text())
     payload = json.loads((folder / f"{name}.json").read_text())
     arrays = None
@@ -231,6 +235,19 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     current = _config.load(chapter, scale).digest
     status = "current" if provenance.get("config_digest") == current else "stale"
     return Cached(chapter, name, scale, status, payload, arrays, provenance)
+
+
+def journal_path(chapter: str, scale: str, digest: str) -> Path | None:
+    """The journal of finished units of an unfinished ``gmp.runs`` run (see :meth:`Store.memo`)."""
+    root = results_root()
+    return root / chapter / "_partial" / f"{scale}-{digest}.jsonl" if root else None
+
+
+def _journalled(chapter: str, scale: str) -> int:
+    path = journal_path(chapter, scale, _config.load(chapter, scale).digest)
+    if path is None or not path.is_file():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if line.endswith("}"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -84,6 +84,11 @@ def test_memo_resumes_after_an_interruption(chapter, tmp_path, monkeypatch):
     journal = tmp_path / "_results" / "fake_chapter" / "_partial" / f"paper-{cfg.digest}.jsonl"
     with open(journal, "a") as handle:
         handle.write('{"key": "unit-3", "val')  # a write cut short by the interruption
+    monkeypatch.delenv(results.STAGING_ENV)
+    absent = results.cached("fake_chapter", "summary")
+    assert absent.status == "absent" and absent.journalled == 3
+    assert "journalled 3 finished units" in absent.describe()
+    monkeypatch.setenv(results.STAGING_ENV, str(staging))
     resumed = results.Store("fake_chapter", cfg)
     values = [resumed.memo(f"unit-{i}", lambda i=i: unit(i)) for i in range(5)]
     assert calls == [0, 1, 2, 3, 4]
