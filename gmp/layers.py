@@ -193,37 +193,56 @@ def _converted(linear: nn.Linear, mean_norm: bool) -> GmPLinear:
     return layer
 
 
+def _linear_block(modules: list[nn.Module], mean_norm: bool) -> tuple[nn.Module, int] | None:
+    """The rule of :func:`convert` for ``nn.Linear -> nn.ReLU``: ``(unit, modules replaced)`` or None."""
+    if len(modules) > 1 and isinstance(modules[0], nn.Linear) and isinstance(modules[1], nn.ReLU):
+        return _converted(modules[0], mean_norm), 2
+    return None
+
+
 def convert(module: nn.Module, mean_norm: bool = False) -> nn.Module:
     """A copy of ``module`` with every ReLU layer under geometric parameterization.
 
     Every ``nn.Linear`` immediately followed by an ``nn.ReLU`` in the same
     ``nn.Sequential`` (at any depth of nesting) becomes a :class:`GmPLinear` that
     includes the ReLU, with ``r = ||w||``, ``lam = b / ||w||``, ``theta`` from
-    ``w / ||w||`` (Eq. (5) of Chen & Ge); the ``nn.ReLU`` module is replaced by
-    ``nn.Identity`` so that indices into the Sequential keep their meaning. The
-    converted network computes the same function at conversion time. A Linear not
-    followed by a ReLU (the output layer) stays standard (Sec. 3.1).
+    ``w / ||w||`` (Eq. (5) of Chen & Ge); likewise every ``nn.Conv2d`` followed by an
+    ``nn.ReLU``, or by an ``nn.BatchNorm2d`` and an ``nn.ReLU``, becomes a
+    :class:`gmp.GmPConv2d` (the batch normalization folded in with its running statistics,
+    :func:`gmp.conv.convert_conv_block`). The modules a unit absorbs are replaced by
+    ``nn.Identity`` so that indices into the Sequential keep their meaning. The converted
+    network computes the same function at conversion time (in evaluation mode when it
+    holds batch normalization). A layer not followed by a ReLU (the output layer) stays
+    standard (Sec. 3.1).
 
     With ``mean_norm=True`` every converted layer except the first one (in module order)
     gets a :class:`MeanNorm` on its input (Eq. (11): intermediate layers). Its running
     mean starts at zero, so the function is preserved in evaluation mode at conversion.
     The original module is not modified.
     """
+    from gmp.conv import convert_conv_block  # gmp.conv builds on this module
+
     if not isinstance(module, nn.Module):
         raise ValueError(f"convert expects a torch.nn.Module, got {type(module).__name__}")
     result = copy.deepcopy(module)
+    rules = (_linear_block, convert_conv_block)
     count = 0
 
     def visit(parent: nn.Module) -> None:
         nonlocal count
         if isinstance(parent, nn.Sequential):
             names = list(parent._modules)
-            for this, following in zip(names, names[1:]):
-                child, after = parent._modules[this], parent._modules[following]
-                if isinstance(child, nn.Linear) and isinstance(after, nn.ReLU):
-                    parent._modules[this] = _converted(child, mean_norm and count > 0)
-                    parent._modules[following] = nn.Identity()
-                    count += 1
+            for i, this in enumerate(names):
+                following = [parent._modules[name] for name in names[i:]]
+                for rule in rules:
+                    found = rule(following, mean_norm and count > 0)
+                    if found is not None:
+                        unit, length = found
+                        parent._modules[this] = unit
+                        for name in names[i + 1:i + length]:
+                            parent._modules[name] = nn.Identity()
+                        count += 1
+                        break
         for child in parent.children():
             if not isinstance(child, GmPLinear):
                 visit(child)
