@@ -25,7 +25,7 @@ What :func:`gmp.fit` does not do, and this loop does:
   process on the whole batch. Batch statistics (BatchNorm, :class:`gmp.MeanNorm`) are per
   device, as in PyTorch's BatchNorm without ``SyncBatchNorm``; ``sync_batch_norm=True``
   converts BatchNorm layers to ``SyncBatchNorm`` (MeanNorm keeps per-device means).
-* ``DataLoader`` workers sized to the machine (:func:`default_workers`).
+* ``DataLoader`` workers sized to the machine on CUDA (:func:`default_workers`).
 
 Run one configuration from the command line, on one GPU or data-parallel::
 
@@ -231,12 +231,14 @@ def fit_classifier(model: nn.Module, train, validation, *, epochs: int, batch_si
         lr, momentum: SGD's learning rate and momentum (no weight decay, as in the paper).
         seed: seeds the batch order (``seed + epoch``).
         plateau, early_stopping: monitors "val_top5", "val_top1", "val_loss", "loss",
-            "top1" or "top5" (the training quantities), with Keras' rules; default: lr x0.1
-            after 5 epochs without improvement of "val_top5", stop after 10 (Chen & Ge).
+            "top1" or "top5" (the training quantities), with Keras' rules (accuracies need
+            ``mode="max"``); default: lr x0.1 after 5 epochs without improvement of
+            "val_top5", stop after 10 (Chen & Ge).
         device: where to train (under ``torchrun`` on CUDA: ``cuda:LOCAL_RANK``).
         amp, channels_last: bfloat16 autocast and channels-last memory layout; None means
             "on CUDA only".
-        workers: DataLoader workers per process (None: :func:`default_workers`).
+        workers: DataLoader workers per process (None: :func:`default_workers` on CUDA, none
+            on the CPU).
         checkpoint: a file to write after every epoch and to resume from.
         fingerprint: JSON values identifying the run; a checkpoint written with another
             fingerprint (or other ``epochs``/``batch_size``/``lr``/``momentum``/``seed``) is
@@ -250,12 +252,17 @@ def fit_classifier(model: nn.Module, train, validation, *, epochs: int, batch_si
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if not lr > 0 or not momentum >= 0:
         raise ValueError(f"need lr > 0 and momentum >= 0, got lr={lr!r}, momentum={momentum!r}")
-    plateau = plateau if plateau is not None else ReduceLROnPlateau(monitor="val_top5", patience=5, factor=0.1)
-    early_stopping = early_stopping if early_stopping is not None else EarlyStopping(monitor="val_top5", patience=10)
+    if plateau is None:
+        plateau = ReduceLROnPlateau(monitor="val_top5", mode="max", patience=5, factor=0.1)
+    if early_stopping is None:
+        early_stopping = EarlyStopping(monitor="val_top5", mode="max", patience=10)
     known = ("loss", "top1", "top5", "val_loss", "val_top1", "val_top5")
     for schedule in (plateau, early_stopping):
         if schedule.monitor not in known:
             raise ValueError(f"cannot monitor {schedule.monitor!r}: expected one of {', '.join(known)}")
+        if "top" in schedule.monitor and schedule.mode != "max":
+            raise ValueError(f"{schedule.monitor!r} is an accuracy: give {type(schedule).__name__} mode='max' "
+                             f"(Keras' 'auto' would minimise a name without 'acc')")
     device = torch.device(device)
     amp = device.type == "cuda" if amp is None else amp
     channels_last = device.type == "cuda" if channels_last is None else channels_last
@@ -264,7 +271,8 @@ def fit_classifier(model: nn.Module, train, validation, *, epochs: int, batch_si
     if distributed and device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    workers = default_workers(world) if workers is None else workers
+    if workers is None:  # in-memory arrays on the CPU: loading in this process is fastest
+        workers = default_workers(world) if device.type == "cuda" else 0
 
     identity = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum, "seed": seed,
                 **dict(fingerprint or {})}

@@ -72,12 +72,23 @@ def test_resume_after_an_interruption_restores_identical_state(tmp_path):
 def test_plateau_and_early_stopping_on_validation_top5():
     history = fit_classifier(model(), data(), data(12, seed=1, flip=False), epochs=10, batch_size=8, lr=1e-12,
                              workers=0, progress=False,
-                             plateau=gmp.ReduceLROnPlateau(monitor="val_top5", patience=1),
-                             early_stopping=gmp.EarlyStopping(monitor="val_top5", patience=2))
+                             plateau=gmp.ReduceLROnPlateau(monitor="val_top5", mode="max", patience=1),
+                             early_stopping=gmp.EarlyStopping(monitor="val_top5", mode="max", patience=2))
     assert history.lr == [1e-12, 1e-12, pytest.approx(1e-13)]
     assert history.stopped_early and history.epochs == 3 and history.best_epoch == 0
     assert all(0.0 <= v <= 1.0 for v in history.train_top1 + history.val_top5)
     assert all(a <= b for a, b in zip(history.val_top1, history.val_top5))
+    with pytest.raises(ValueError, match="mode='max'"):
+        fit_classifier(model(), data(), data(12, seed=1, flip=False), epochs=1, batch_size=8, lr=0.1,
+                       early_stopping=gmp.EarlyStopping(monitor="val_top1", patience=2))
+
+
+def test_best_epoch_follows_the_highest_validation_top5():
+    history = fit_classifier(model(), data(40), data(12, seed=1, flip=False), epochs=6, batch_size=8, lr=0.3,
+                             workers=0, progress=False)
+    assert history.best_value == max(history.val_top5)
+    assert history.val_top5[history.best_epoch] == history.best_value
+    assert history.at_best("val_top1") == history.val_top1[history.best_epoch]
 
 
 def test_global_batch_sampler_splits_every_global_batch_between_processes():

@@ -65,13 +65,16 @@ class _NarrowResNet(ResNet):
         return super()._make_layer(block, planes * self._width // 64, blocks, stride, dilate)
 
 
-def _unit(conv: nn.Conv2d, bn: nn.BatchNorm2d, activation: str, mean_norm: bool) -> GmPConv2d:
+def _unit(conv: nn.Conv2d, bn: nn.BatchNorm2d, activation: str, mean_norm: bool,
+          mn_momentum: float = 0.01) -> GmPConv2d:
     """The GmP unit computing ``act(bn(conv(x)))`` (BN in evaluation form, folded)."""
     weight, bias = fold_batch_norm(conv, bn)
     unit = GmPConv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
                      conv.dilation, conv.groups, activation=activation, init="glorot", mean_norm=mean_norm,
                      device=weight.device, dtype=weight.dtype)
     unit.set_weight(weight, bias)
+    if unit.mean_norm is not None:
+        unit.mean_norm.momentum = mn_momentum
     return unit
 
 
@@ -85,16 +88,16 @@ class GmPBasicBlock(nn.Module):
     MeanNorm running means are zero, as they are at construction.
     """
 
-    def __init__(self, block: BasicBlock, mean_norm: bool = True):
+    def __init__(self, block: BasicBlock, mean_norm: bool = True, mn_momentum: float = 0.01):
         super().__init__()
         if not isinstance(block, BasicBlock):
             raise ValueError(f"GmPBasicBlock converts a torchvision BasicBlock, got {type(block).__name__}")
-        self.conv1 = _unit(block.conv1, block.bn1, "relu", mean_norm)
-        self.conv2 = _unit(block.conv2, block.bn2, "identity", mean_norm)
+        self.conv1 = _unit(block.conv1, block.bn1, "relu", mean_norm, mn_momentum)
+        self.conv2 = _unit(block.conv2, block.bn2, "identity", mean_norm, mn_momentum)
         self.downsample = None
         if block.downsample is not None:
             conv, bn = block.downsample
-            self.downsample = _unit(conv, bn, "identity", mean_norm)
+            self.downsample = _unit(conv, bn, "identity", mean_norm, mn_momentum)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x if self.downsample is None else self.downsample(x)
@@ -108,7 +111,8 @@ def _replace(model: nn.Module, kind: type, make) -> None:
                 parent._modules[name] = make(child)
 
 
-def resnet34(param: str = "bn", num_classes: int = 1000, width: int = 64, in_channels: int = 3) -> nn.Module:
+def resnet34(param: str = "bn", num_classes: int = 1000, width: int = 64, in_channels: int = 3,
+             mn_momentum: float = 0.01) -> nn.Module:
     """ResNet-34 (``torchvision.models.resnet34(weights=None)``) under ``param``.
 
     Args:
@@ -117,6 +121,8 @@ def resnet34(param: str = "bn", num_classes: int = 1000, width: int = 64, in_cha
         width: channels of the first stage, 64 in ResNet-34 (other values give the same
             layout at a reduced or increased width, for stand-in runs).
         in_channels: channels of the input images.
+        mn_momentum: weight of the batch mean in every MeanNorm's running mean (0.01, as the
+            official code's Keras momentum 0.99; BatchNorm keeps PyTorch's 0.1).
     """
     if param not in RESNET_PARAMS:
         raise ValueError(f"unknown param {param!r}: expected one of {', '.join(RESNET_PARAMS)}")
@@ -129,9 +135,9 @@ def resnet34(param: str = "bn", num_classes: int = 1000, width: int = 64, in_cha
         model = _NarrowResNet(width, num_classes, in_channels)
     if param == "wn_mbn":
         _replace(model, nn.Conv2d, weight_norm)
-        _replace(model, nn.BatchNorm2d, lambda bn: MeanNorm(bn.num_features))
+        _replace(model, nn.BatchNorm2d, lambda bn: MeanNorm(bn.num_features, momentum=mn_momentum))
     elif param == "gmp_mn":
         model.conv1 = _unit(model.conv1, model.bn1, "relu", mean_norm=False)
         model.bn1, model.relu = nn.Identity(), nn.Identity()
-        _replace(model, BasicBlock, GmPBasicBlock)
+        _replace(model, BasicBlock, lambda block: GmPBasicBlock(block, mn_momentum=mn_momentum))
     return model

@@ -46,7 +46,7 @@ def _glorot(layer: nn.Module) -> nn.Module:
 
 
 def vgg6(param: str = "sp", num_classes: int = 1000, in_channels: int = 3,
-         widths: Sequence[int] = VGG6_WIDTHS, init: str = "glorot",
+         widths: Sequence[int] = VGG6_WIDTHS, init: str = "glorot", mn_momentum: float = 0.01,
          dtype: torch.dtype | None = None) -> nn.Sequential:
     """VGG-6 under parameterization ``param`` (see the module docstring).
 
@@ -58,6 +58,8 @@ def vgg6(param: str = "sp", num_classes: int = 1000, in_channels: int = 3,
             CPU stand-ins). Any input of at least 8x8 pixels works: the three poolings
             halve it, and the global average pool removes what is left.
         init: GmP units' initialisation, "glorot" (official code) or "uniform" (Sec. 3.3).
+        mn_momentum: weight of the batch mean in the running mean of every MeanNorm (0.01:
+            Keras' momentum 0.99 of the official code; BatchNorm keeps PyTorch's 0.1).
         dtype: parameter dtype.
 
     Returns:
@@ -81,14 +83,14 @@ def vgg6(param: str = "sp", num_classes: int = 1000, in_channels: int = 3,
             if param in ("gmp", "gmp_mn"):
                 layers.append(GmPConv2d(previous, width, 3, padding=1, init=init, dtype=dtype))
                 if param == "gmp_mn":
-                    layers.append(MeanNorm(width, dtype=dtype))
+                    layers.append(MeanNorm(width, momentum=mn_momentum, dtype=dtype))
             else:
                 conv = _glorot(nn.Conv2d(previous, width, 3, padding=1, dtype=dtype))
                 layers.append(weight_norm(conv) if wn else conv)
                 if param == "bn":
                     layers.append(nn.BatchNorm2d(width, dtype=dtype))
                 elif param == "wn_mbn":
-                    layers.append(MeanNorm(width, dtype=dtype))
+                    layers.append(MeanNorm(width, momentum=mn_momentum, dtype=dtype))
                 layers.append(nn.ReLU())
             previous = width
         layers.append(nn.MaxPool2d(2))
