@@ -1,11 +1,16 @@
-"""VGG-6 (Table 2 of Chen & Ge) and ResNet-34 (Table 3) in their parameterizations."""
+"""VGG-6 (Table 2 of Chen & Ge) and ResNet-34 (Table 3) in their parameterizations, and the
+experiments of the chapters chen_vgg and chen_resnet."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import gmp
+from gmp.config import Config
 from gmp.conv import GmPConv2d
+from gmp.experiments import chen_resnet, chen_vgg
+from gmp.results import PARTLY, REPRODUCED
 from gmp.models.resnet import GmPBasicBlock
 from gmp.models.vgg import VGG6_WIDTHS
 
@@ -115,3 +120,86 @@ def test_resnet34_wn_mbn_places_mean_norm_where_bn_was():
     assert hasattr(block.conv1, "parametrizations")  # weight-normalized
     with pytest.raises(ValueError, match="param"):
         gmp.models.resnet34("sp")
+
+
+# ---------------------------------------------------------------- the chapters' experiments
+
+
+
+def test_claim_rules_reproduce_the_papers_own_tables_and_cap_stand_ins():
+    table = chen_vgg.paper_payload()
+    for claim in chen_vgg.CLAIMS:
+        if claim.result == "table2":
+            assert claim.evaluate(table)[1] == REPRODUCED, claim.key
+            assert claim.evaluate({**table, "dataset": "digits"})[1] == PARTLY, claim.key
+    assert chen_vgg.margins(table, "top1") == pytest.approx([43.14 - 42.79, 43.62 - 41.90, 42.70 - 41.39])
+    (resnet_claim,) = chen_resnet.CLAIMS
+    assert resnet_claim.evaluate(chen_resnet.paper_payload())[1] == REPRODUCED
+    assert resnet_claim.evaluate({**chen_resnet.paper_payload(), "dataset": "digits"})[1] == PARTLY
+    curves = {"dataset": "imagenet32", "fast_fraction": 0.5, "curves": {
+        "BN": {"train_top5": [10, 20, 30, 40], "val_top5": [10, 20, 30, 40]},
+        "GmP": {"train_top5": [20, 30, 30, 30], "val_top5": [5, 10, 30, 50]}}}
+    fastest = next(c for c in chen_vgg.CLAIMS if c.key == "chen-vgg-fastest")
+    assert fastest.evaluate(curves)[1] == PARTLY  # GmP leads the training curve only
+
+
+def write_imagenet32(root, per_file=1):
+    folder = root / "imagenet32"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"train_data_batch_{i}.npz" for i in range(1, 11)] + ["val_data.npz"]:
+        np.savez(folder / name, data=rng.integers(0, 256, (per_file, 3072), dtype=np.uint8),
+                 labels=rng.integers(1, 1001, per_file).tolist())
+
+
+def paper_config(module, **overrides):
+    return Config(module.CHAPTER, "paper", {**module.CONFIG["paper"], **overrides})
+
+
+def test_vgg_paper_scale_pipeline_runs_on_files_in_the_imagenet32_format(tmp_path, monkeypatch):
+    """The chapter's calls at the paper's config (full VGG-6, 1000 classes, checkpoints),
+    with one epoch and one seed, on test-written ImageNet32 files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    write_imagenet32(tmp_path)
+    monkeypatch.setenv("GMP_DATA", str(tmp_path))
+    monkeypatch.setenv("GMP_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    chen_vgg._imagenet32_arrays.cache_clear()
+    try:
+        cfg = paper_config(chen_vgg, epochs=1, seeds=[0], batch_sizes=[256, 1024])
+        store = gmp.results.Store("chen_vgg", cfg)
+        runs = chen_vgg.run_grid(cfg, store, "cpu")
+    finally:
+        chen_vgg._imagenet32_arrays.cache_clear()
+    assert len(runs) == 12 and all(r["epochs"] == 1 and not r["diverged"] for r in runs)
+    assert len(list((tmp_path / "checkpoints" / "chen_vgg").glob("paper-*/*.pt"))) == 12
+    table, curves = chen_vgg.table_payload(cfg, runs), chen_vgg.curves_payload(cfg, runs)
+    assert set(table["summary"]) == set(chen_vgg.VARIANTS) and curves["batch_size"] == 1024
+    frame = chen_vgg.table_frame(table, table)
+    assert frame.shape == (18, 6) and (frame.iloc[1] == "not run").sum() == 2  # no run at 512
+    chen_vgg.plot_curves(curves, curves)
+    for claim in chen_vgg.CLAIMS:
+        claim.evaluate(table if claim.result == "table2" else curves)
+    assert chen_vgg.gpu_hours_estimate(cfg)["forward_gflops"] == pytest.approx(2 * 607.7e6 / 1e9, rel=0.01)
+
+
+def test_resnet_paper_scale_pipeline_runs_on_an_image_folder(tmp_path, monkeypatch):
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for k, name in enumerate(("n01440764", "n01443537")):
+            (tmp_path / "imagenet" / split / name).mkdir(parents=True)
+            Image.new("RGB", (260, 250), (40 * k, 90, 200)).save(tmp_path / "imagenet" / split / name / "a.JPEG")
+    monkeypatch.setenv("GMP_DATA", str(tmp_path))
+    monkeypatch.setenv("GMP_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    chen_resnet._imagenet.cache_clear()
+    try:
+        cfg = paper_config(chen_resnet, epochs=1, seeds=[0])
+        runs = chen_resnet.run_grid(cfg, gmp.results.Store("chen_resnet", cfg), "cpu")
+    finally:
+        chen_resnet._imagenet.cache_clear()
+    assert [r["variant"] for r in runs] == ["WN+MBN", "BN", "GmP+MN"] and all(r["epochs"] == 1 for r in runs)
+    payload = chen_resnet.result_payload(cfg, runs)
+    assert chen_resnet.table_frame(payload, None).shape == (3, 6)
+    chen_resnet.CLAIMS[0].evaluate(payload)
