@@ -430,7 +430,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = experiment(args.chapter)
     result = module.run_one(cfg, args.variant, args.batch_size or cfg.batch_sizes[0], args.seed, device=args.device)
     if int(os.environ.get("RANK", "0")) == 0:
-        print(result)
+        print({k: v for k, v in result.items() if k != "history"})
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
     return 0
 
 

@@ -144,6 +144,8 @@ class GmPConv2d(nn.Module):
         return unit.view(self.kernel_shape)
 
     def _conv(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+            weight = weight.contiguous(memory_format=torch.channels_last)  # keep cuDNN in NHWC
         return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

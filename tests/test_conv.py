@@ -175,3 +175,11 @@ def test_bad_inputs_and_weights_raise():
         layer.set_weight(torch.randn(2, 3, 2, 2))
     with pytest.raises(ValueError, match="nonzero"):
         layer.set_weight(torch.zeros(2, 3, 3, 3))
+
+
+def test_channels_last_inputs_give_the_same_output():
+    torch.manual_seed(9)
+    layer = GmPConv2d(3, 4, 3, padding=1, init="glorot")
+    x = torch.randn(2, 3, 7, 7)
+    nhwc = x.contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(layer(nhwc), layer(x), atol=1e-6)

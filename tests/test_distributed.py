@@ -139,3 +139,11 @@ def test_two_gloo_processes_take_the_steps_of_one_process_on_the_whole_batch(tmp
     assert ddp["history"]["steps"] == history.steps == 6  # 21 examples: global batches 8, 8, 5 (split 3 + 2)
     for key in ("train_loss", "train_top1", "val_loss", "val_top5"):
         assert ddp["history"][key] == pytest.approx(getattr(history, key), abs=1e-5), key
+
+
+def test_command_line_runs_one_configuration_of_a_chapter(capsys):
+    from gmp.classify import main
+
+    assert main(["chen_vgg", "--scale", "smoke", "--variant", "GmP+MN", "--batch-size", "1024", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "'variant': 'GmP+MN'" in printed and "'batch_size': 1024" in printed and "history" not in printed
