@@ -25,7 +25,7 @@ CONFIG = scaled(
     common=dict(activations=FIG4_ACTIVATIONS, hidden_features=192, hidden_layers=5, lr=2e-4,
                 plateau={"factor": 0.5, "patience": 40},
                 siren={"hidden_features": 256, "hidden_layers": 3, "lr": 1e-4}, mse_target=1e-5,
-                compare_step=500),
+                compare_step=500, lr_sweep=[1e-3, 3e-3]),
     smoke=dict(side=32, steps=8, siren_steps=8),
     small=dict(side=64, steps=100, siren_steps=100),
     paper=dict(side=256, steps=3000, siren_steps=10_000),
@@ -51,11 +51,17 @@ def specs(cfg) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run(cfg, store, seed: int, device) -> dict[str, FitResult]:
-    """Fit every network of Fig. 4 (journalled by ``store.memo``, so a paper run resumes)."""
+def sweep_specs(cfg) -> dict[str, dict[str, Any]]:
+    """The ``sqrt(2) sin(x + pi/4)`` network of Fig. 4 at the larger learning rates of ``cfg.lr_sweep``."""
+    base = specs(cfg)["sin"]
+    return {f"sin_lr{lr:g}": {**base, "lr": lr} for lr in cfg.lr_sweep}
+
+
+def run(cfg, store, seed: int, device, sweep: bool = False) -> dict[str, FitResult]:
+    """Fit every network of Fig. 4, or of the learning-rate sweep (journalled by ``store.memo``)."""
     coords, pixels = image_fitting_data(cfg.side)
     out = {}
-    for name, spec in specs(cfg).items():
+    for name, spec in (sweep_specs(cfg) if sweep else specs(cfg)).items():
         data = store.memo(f"{name}-{seed}", lambda spec=spec, name=name: fit_spec(
             spec, coords, pixels, seed=seed, device=device, desc=name).to_json())
         out[name] = FitResult.from_json(data)
@@ -104,6 +110,30 @@ def plot_fig4(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] |
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("PSNR (dB)")
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def plot_lr_sweep(fits: Mapping[str, FitResult], sweep: Mapping[str, FitResult], base_lr: float,
+                  mse_target: float, title: str):
+    """PSNR of the ``sqrt(2) sin(x + pi/4)`` network at several initial learning rates, and SIREN's."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    curves_ = {f"lr {base_lr:g} (paper)": fits["sin"], **{f"lr {k.removeprefix('sin_lr')}": v for k, v in sweep.items()}}
+    shades = plt.cm.Greys(np.linspace(1.0, 0.45, len(curves_)))
+    for (label, fit), shade in zip(curves_.items(), shades):
+        ax.plot(np.arange(1, len(fit.psnr)), fit.psnr[1:], color=shade, lw=1.3,
+                label=f"{ACTIVATION_LABELS['sin']} + SIREN layer, {label}")
+    ax.plot(np.arange(1, len(fits["siren"].psnr)), fits["siren"].psnr[1:], color=PAPER_COLOURS["siren"], lw=1.3,
+            label="SIREN, lr 1e-4")
+    ax.axhline(mse_to_psnr(mse_target), color="grey", ls=":", lw=1, label=f"MSE {mse_target:g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("Adam updates")
+    ax.set_ylabel("PSNR (dB)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     return fig
 
