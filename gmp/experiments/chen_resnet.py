@@ -102,17 +102,18 @@ def table_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
     from gmp.experiments.chen_vgg import _cell
 
     batch = str(live["batch_sizes"][0])
+    live_source, cache_source = f"ours, {live['scale']} scale ({live['dataset']})", "ours, paper scale (cache)"
     rows = {}
     for variant in live["summary"]:
         row = {("paper", m): _cell(*PAPER["table3"][variant][m]) for m in ("top1", "top5")}
+        cell = live["summary"][variant][batch]
+        row.update({(live_source, m): _cell(cell[m], cell[f"{m}_se"]) for m in ("top1", "top5")})
         for m in ("top1", "top5"):
-            cell = live["summary"][variant][batch]
-            row[(f"ours, {live['scale']} scale ({live['dataset']})", m)] = _cell(cell[m], cell[f"{m}_se"])
             if cached is not None:
                 c = cached["summary"][variant][str(cached["batch_sizes"][0])]
-                row[("ours, paper scale (cache)", m)] = _cell(c[m], c[f"{m}_se"])
+                row[(cache_source, m)] = _cell(c[m], c[f"{m}_se"])
             else:
-                row[("ours, paper scale (cache)", m)] = "not yet run at paper scale"
+                row[(cache_source, m)] = "not yet run at paper scale"
         rows[variant] = row
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.columns = pd.MultiIndex.from_tuples([(s, {"top1": "top-1 (%)", "top5": "top-5 (%)"}[m])
