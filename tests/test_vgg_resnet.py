@@ -1,6 +1,8 @@
 """VGG-6 (Table 2 of Chen & Ge) and ResNet-34 (Table 3) in their parameterizations, and the
 experiments of the chapters chen_vgg and chen_resnet."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -152,54 +154,71 @@ def write_imagenet32(root, per_file=1):
                  labels=rng.integers(1, 1001, per_file).tolist())
 
 
-def paper_config(module, **overrides):
-    return Config(module.CHAPTER, "paper", {**module.CONFIG["paper"], **overrides})
+def run_chapter_in_process(name: str, scale: str) -> dict:
+    """Execute the code cells of book/part1/<name>.ipynb in this process (so that monkeypatched
+    configs apply), with ``SCALE`` set in the parameters cell; returns the namespace."""
+    import nbformat
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    root = Path(__file__).resolve().parents[1]
+    notebook = nbformat.read(root / "book" / "part1" / f"{name}.ipynb", as_version=4)
+    namespace: dict = {"__name__": "__chapter__"}
+    transform = TransformerManager().transform_cell
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        exec(compile(transform(cell.source), f"<{name}>", "exec"), namespace)
+        if "parameters" in cell.metadata.get("tags", []):
+            namespace.update(SCALE=scale, DEVICE="cpu")
+    return namespace
 
 
-def test_vgg_paper_scale_pipeline_runs_on_files_in_the_imagenet32_format(tmp_path, monkeypatch):
-    """The chapter's calls at the paper's config (full VGG-6, 1000 classes, checkpoints),
-    with one epoch and one seed, on test-written ImageNet32 files."""
+def test_vgg_chapter_runs_at_paper_scale_on_files_in_the_imagenet32_format(tmp_path, monkeypatch):
+    """The chapter itself at the paper's config (full VGG-6, 1000 classes, checkpoints), with
+    one epoch, one seed and two batch sizes patched into the config, on test-written files."""
     import matplotlib
 
     matplotlib.use("Agg")
     write_imagenet32(tmp_path)
     monkeypatch.setenv("GMP_DATA", str(tmp_path))
     monkeypatch.setenv("GMP_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    for key, value in dict(epochs=1, seeds=[0], batch_sizes=[256, 1024]).items():
+        monkeypatch.setitem(chen_vgg.CONFIG["paper"], key, value)
     chen_vgg._imagenet32_arrays.cache_clear()
     try:
-        cfg = paper_config(chen_vgg, epochs=1, seeds=[0], batch_sizes=[256, 1024])
-        store = gmp.results.Store("chen_vgg", cfg)
-        runs = chen_vgg.run_grid(cfg, store, "cpu")
+        chapter = run_chapter_in_process("chen_vgg", "paper")
     finally:
         chen_vgg._imagenet32_arrays.cache_clear()
+    runs = chapter["runs"]
+    assert chapter["cfg"].scale == "paper" and chapter["cfg"].widths == [128, 256, 512]
     assert len(runs) == 12 and all(r["epochs"] == 1 and not r["diverged"] for r in runs)
     assert len(list((tmp_path / "checkpoints" / "chen_vgg").glob("paper-*/*.pt"))) == 12
-    table, curves = chen_vgg.table_payload(cfg, runs), chen_vgg.curves_payload(cfg, runs)
+    table, curves = chapter["table2"], chapter["fig4"]
     assert set(table["summary"]) == set(chen_vgg.VARIANTS) and curves["batch_size"] == 1024
     frame = chen_vgg.table_frame(table, table)
     assert frame.shape == (18, 6) and (frame.iloc[1] == "not run").sum() == 2  # no run at 512
-    chen_vgg.plot_curves(curves, curves)
-    for claim in chen_vgg.CLAIMS:
-        claim.evaluate(table if claim.result == "table2" else curves)
-    assert chen_vgg.gpu_hours_estimate(cfg)["forward_gflops"] == pytest.approx(2 * 607.7e6 / 1e9, rel=0.01)
+    assert chapter["estimate"]["forward_gflops"] == pytest.approx(2 * 607.7e6 / 1e9, rel=0.01)
 
 
-def test_resnet_paper_scale_pipeline_runs_on_an_image_folder(tmp_path, monkeypatch):
+def test_resnet_chapter_runs_at_paper_scale_on_an_image_folder(tmp_path, monkeypatch):
+    import matplotlib
     from PIL import Image
 
+    matplotlib.use("Agg")
     for split in ("train", "val"):
         for k, name in enumerate(("n01440764", "n01443537")):
             (tmp_path / "imagenet" / split / name).mkdir(parents=True)
             Image.new("RGB", (260, 250), (40 * k, 90, 200)).save(tmp_path / "imagenet" / split / name / "a.JPEG")
     monkeypatch.setenv("GMP_DATA", str(tmp_path))
     monkeypatch.setenv("GMP_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    for key, value in dict(epochs=1, seeds=[0]).items():
+        monkeypatch.setitem(chen_resnet.CONFIG["paper"], key, value)
     chen_resnet._imagenet.cache_clear()
     try:
-        cfg = paper_config(chen_resnet, epochs=1, seeds=[0])
-        runs = chen_resnet.run_grid(cfg, gmp.results.Store("chen_resnet", cfg), "cpu")
+        chapter = run_chapter_in_process("chen_resnet", "paper")
     finally:
         chen_resnet._imagenet.cache_clear()
+    runs = chapter["runs"]
     assert [r["variant"] for r in runs] == ["WN+MBN", "BN", "GmP+MN"] and all(r["epochs"] == 1 for r in runs)
-    payload = chen_resnet.result_payload(cfg, runs)
-    assert chen_resnet.table_frame(payload, None).shape == (3, 6)
-    chen_resnet.CLAIMS[0].evaluate(payload)
+    assert chen_resnet.table_frame(chapter["table3"], None).shape == (3, 6)
+    assert len(list((tmp_path / "checkpoints" / "chen_resnet").glob("paper-*/*.pt"))) == 3
