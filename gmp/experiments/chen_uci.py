@@ -235,6 +235,50 @@ def protocol_gap(summary: Mapping[str, Any]) -> dict[str, float]:
     return gaps
 
 
+def paired_gmp_difference(runs: Sequence[Mapping[str, Any]], protocol: str) -> dict[str, dict[str, Any]]:
+    """Per data set: GmP's RMSE minus that of the best other method (lowest mean), seed by seed.
+
+    Both networks of a seed share the split and the initial weights, so the paired
+    difference removes the split-to-split spread that dominates the standard errors of
+    Table 1. Returns ``{dataset: {"other", "mean", "se", "n"}}`` over the seeds where
+    neither run diverged (``se`` None with fewer than two seeds).
+    """
+    summary = summarize(runs).get(protocol, {})
+    rmse_of = {(r["dataset"], r["method"], r["seed"]): r["test_rmse"] for r in runs
+               if r["protocol"] == protocol and not r["diverged"]}
+    out = {}
+    for dataset, cells in summary.items():
+        other = best_method({m: c for m, c in cells.items() if m != "GmP"})
+        if other is None or "GmP" not in cells:
+            continue
+        seeds = sorted({s for (d, m, s) in rmse_of if d == dataset})
+        diffs = np.array([rmse_of[dataset, "GmP", s] - rmse_of[dataset, other, s] for s in seeds
+                          if (dataset, "GmP", s) in rmse_of and (dataset, other, s) in rmse_of])
+        if len(diffs):
+            out[dataset] = {"other": other, "mean": float(diffs.mean()), "n": len(diffs),
+                            "se": float(diffs.std(ddof=1) / math.sqrt(len(diffs))) if len(diffs) > 1 else None}
+    return out
+
+
+def decisive(runs: Sequence[Mapping[str, Any]], protocol: str) -> dict[str, list[str]]:
+    """Non-Naval data sets where GmP beats the best other method by more than two standard
+    errors of the paired difference ("win"), loses by more than two ("loss"), or neither ("tie")."""
+    out: dict[str, list[str]] = {"win": [], "tie": [], "loss": []}
+    for dataset, diff in paired_gmp_difference(runs, protocol).items():
+        if dataset == "naval":
+            continue
+        margin = 2 * diff["se"] if diff["se"] is not None else math.inf
+        out["win" if diff["mean"] < -margin else "loss" if diff["mean"] > margin else "tie"].append(dataset)
+    return out
+
+
+def describe_decisive(runs: Sequence[Mapping[str, Any]], protocol: str) -> str:
+    """:func:`decisive` in words, e.g. "wins on Concrete, Energy; ties on Boston; losses on none"."""
+    parts = decisive(runs, protocol)
+    return "; ".join(f"{word} on {', '.join(LABELS[d] for d in parts[key]) or 'none'}"
+                     for key, word in (("win", "wins"), ("tie", "ties"), ("loss", "losses")))
+
+
 def gmp_wins(summary: Mapping[str, Any], protocol: str) -> tuple[list[str], list[str]]:
     """The non-Naval data sets of ``summary[protocol]`` on which GmP has the lowest mean RMSE, and all of them."""
     datasets = [d for d in DATASETS if d != "naval" and d in summary.get(protocol, {})]
