@@ -228,6 +228,11 @@ CLAIMS = [
 ]
 
 
+def _f4(value: float) -> str:
+    """Four decimals without a negative zero."""
+    return f"{round(value, 4) + 0.0:.4f}"
+
+
 def table1_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
     """Table 1 of Lu et al. beside ours (both roots of Eq. (10)) at this build's scale and
     from the paper-scale cache (``None``: not available)."""
@@ -240,11 +245,11 @@ def table1_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
         rows.append({
             "activation": ACTIVATION_LABELS[name],
             "paper a": f"{ref['a']:.4f}", "paper b": f"{ref['b']:.4f}",
-            "ours a": f"{row['a']:.4f}",
-            "ours b (+ root)": f"{row['b_plus']:.4f}{star[0]}",
-            "ours b (- root)": f"{row['b_minus']:.4f}{star[1]}",
+            "ours a": _f4(row["a"]),
+            "ours b (+ root)": f"{_f4(row['b_plus'])}{star[0]}",
+            "ours b (- root)": f"{_f4(row['b_minus'])}{star[1]}",
             "ours - paper (a, b)": f"{row['a'] - ref['a']:+.1e}, {row['b'] - ref['b']:+.1e}",
-            "paper scale (cache): a, b": (f"{cached['table1'][name]['a']:.4f}, {cached['table1'][name]['b']:.4f}"
+            "paper scale (cache): a, b": (f"{_f4(cached['table1'][name]['a'])}, {_f4(cached['table1'][name]['b'])}"
                                           if cached else "not yet run at paper scale"),
         })
     return pd.DataFrame(rows).set_index("activation")
