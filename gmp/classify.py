@@ -107,6 +107,7 @@ class GlobalBatchSampler(torch.utils.data.Sampler):
         self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, seed, drop_last, 0
 
     def set_epoch(self, epoch: int) -> None:
+        """Use the order of epoch ``epoch`` (drawn from ``seed + epoch``)."""
         self.epoch = int(epoch)
 
     def global_batches(self) -> list[torch.Tensor]:
@@ -158,7 +159,7 @@ class ClassifierHistory:
         return len(self.train_loss)
 
     def at_best(self, name: str) -> float | None:
-        """``name`` (e.g. "val_top1") at :attr:`best_epoch` (the last epoch when there is none)."""
+        """``name`` (e.g. "val_top1") at ``best_epoch`` (the last epoch when there is none)."""
         values = getattr(self, name)
         if not values:
             return None

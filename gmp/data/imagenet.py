@@ -33,7 +33,7 @@ import torch
 
 from gmp.data._fetch import DataUnavailableError, data_root
 
-__all__ = ["ImageArrays", "imagenet32", "imagenet32_arrays", "imagenet", "RandomSquareResize",
+__all__ = ["ImageArrays", "batch_collate", "imagenet32", "imagenet32_arrays", "imagenet", "RandomSquareResize",
            "IMAGENET32_MEAN", "IMAGENET32_TRAIN_FILES", "IMAGENET32_VAL_FILE", "IMAGENET_MEAN", "IMAGENET_STD"]
 
 #: Channel means subtracted by the official code of Chen & Ge (after ``x / 255``).
@@ -114,7 +114,7 @@ class ImageArrays(torch.utils.data.Dataset):
 
 
 def batch_collate(batch):
-    """The collate function for :meth:`ImageArrays.__getitems__` (the batch is already stacked)."""
+    """The collate function for batches from ``ImageArrays.__getitems__`` (already stacked)."""
     return batch
 
 

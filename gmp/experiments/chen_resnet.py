@@ -150,7 +150,7 @@ CLAIMS = [
 
 
 def paper_payload() -> dict[str, Any]:
-    """The paper's Table 3 (:data:`PAPER`) in the format of :func:`result_payload`."""
+    """The paper's Table 3 (``PAPER``) in the format of :func:`result_payload`."""
     summary = {v: {"512": {m: PAPER["table3"][v][m][0] for m in ("top1", "top5")}} for v in PAPER["table3"]}
     return {"dataset": "imagenet", "scale": "paper", "batch_sizes": [512], "paper_batch_sizes": [512],
             "summary": summary}

@@ -203,7 +203,7 @@ def curves_payload(cfg: Config, runs: Sequence[Mapping[str, Any]]) -> dict[str, 
 
 
 def paper_payload() -> dict[str, Any]:
-    """The paper's Table 2 (:data:`PAPER`) in the format of :func:`table_payload`."""
+    """The paper's Table 2 (``PAPER``) in the format of :func:`table_payload`."""
     batches = [256, 512, 1024]
     summary = {v: {str(b): {m: PAPER["table2"][v][m][b][0] for m in ("top1", "top5")} for b in batches}
                for v in PAPER["table2"]}
