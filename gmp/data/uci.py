@@ -49,6 +49,7 @@ FOLDERS: dict[str, str] = {
 }
 """Dataset names (as in Table 1 of Chen & Ge, lower case) -> folder of the UCI_Datasets copies."""
 
+#: The names of the seven UCI regression benchmarks of Table 1 of Chen & Ge.
 DATASETS: tuple[str, ...] = tuple(FOLDERS)
 
 _SHA256: dict[tuple[str, str], str] = {
