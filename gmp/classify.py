@@ -319,6 +319,7 @@ def fit_classifier(model: nn.Module, train, validation, *, epochs: int, batch_si
             train.set_epoch(epoch)
         net.train()
         sums = [torch.zeros((), dtype=torch.float64, device=device) for _ in range(4)]  # loss, top1, top5, n
+        global_sizes = [len(batch) for batch in train_sampler.global_batches()]
         steps = 0
         for x, y in _loader(train, train_sampler, workers, pin):
             x = x.to(device, non_blocking=True, memory_format=memory)
@@ -326,9 +327,8 @@ def fit_classifier(model: nn.Module, train, validation, *, epochs: int, batch_si
             with autocast():
                 logits = net(x)
                 summed = F.cross_entropy(logits.float(), y, reduction="sum")
-            n_global = _global_count(y.shape[0], device, distributed)
             optimizer.zero_grad(set_to_none=True)
-            (summed * world / n_global).backward()
+            (summed * world / global_sizes[steps]).backward()
             optimizer.step()
             top1, top5 = _topk_correct(logits.detach(), y)
             for total, value in zip(sums, (summed.detach(), top1, top5, y.shape[0])):
@@ -381,14 +381,6 @@ def fit_classifier(model: nn.Module, train, validation, *, epochs: int, batch_si
     if distributed:
         dist.barrier()
     return history
-
-
-def _global_count(n: int, device: torch.device, distributed: bool) -> float:
-    if not distributed:
-        return float(n)
-    count = torch.tensor(float(n), device=device)
-    dist.all_reduce(count)
-    return count.item()
 
 
 def _save(path: Path | None, rank: int, model: nn.Module, optimizer, state, history, identity) -> None:

@@ -153,12 +153,25 @@ class GmPConv2d(nn.Module):
             raise ValueError(f"GmPConv2d expects inputs of shape (N, {self.in_channels}, H, W), got {tuple(x.shape)}")
         if self.mean_norm is not None:
             x = self.mean_norm(x)
+        if self.theta is not None and self.activation == "relu" and x.device.type != "cpu":
+            return self._relu_without_sync(x)
         if self.theta is not None and (self.activation == "identity" or bool((self.r > 0).all())):
             # r * relu(conv(x, u) + lam) = relu(conv(x, r u) + r lam) for r > 0: one convolution,
             # with the kernel r u(theta) built at the cost of u(theta).
             kernel = scaled_directions(self.theta, self.r).view(self.kernel_shape)
             return self._act(self._conv(x, kernel, self.r * self.lam))
         return self._act(self._conv(x, self.direction, self.lam)) * self.r.view(1, -1, 1, 1)
+
+    def _relu_without_sync(self, x: torch.Tensor) -> torch.Tensor:
+        """``r * relu(conv(x, u) + lam)`` as ``s * relu(s * (conv(x, r u) + r lam))``, ``s = sign(r)``.
+
+        Equal for every sign of ``r`` (``r relu(z) = min(r z, 0)`` for ``r < 0``), with one
+        convolution and no host-device synchronisation to test the signs (used on GPUs).
+        """
+        kernel = scaled_directions(self.theta, self.r).view(self.kernel_shape)
+        y = self._conv(x, kernel, self.r * self.lam)
+        s = torch.sign(self.r).to(y.dtype).view(1, -1, 1, 1)
+        return s * F.relu(s * y)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "

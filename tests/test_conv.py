@@ -183,3 +183,16 @@ def test_channels_last_inputs_give_the_same_output():
     x = torch.randn(2, 3, 7, 7)
     nhwc = x.contiguous(memory_format=torch.channels_last)
     assert torch.allclose(layer(nhwc), layer(x), atol=1e-6)
+
+
+def test_the_accelerator_path_without_sign_checks_equals_the_formula_for_any_sign_of_r():
+    torch.manual_seed(10)
+    layer = GmPConv2d(3, 6, 3, padding=1, init="glorot", dtype=torch.float64)
+    with torch.no_grad():
+        layer.lam.normal_()
+        layer.r.copy_(torch.tensor([1.5, -0.7, 0.0, 2.0, -3.0, 0.2]))
+    x = torch.randn(2, 3, 5, 5, dtype=torch.float64)
+    conv = F.conv2d(x, layer.direction, padding=1) + layer.lam.view(1, -1, 1, 1)
+    expected = layer.r.view(1, -1, 1, 1) * torch.relu(conv)
+    assert torch.allclose(layer._relu_without_sync(x), expected, atol=1e-13)
+    assert torch.allclose(layer(x), expected, atol=1e-13)
