@@ -275,6 +275,8 @@ def fit_classifier(model: nn.Module, train, validation, *, epochs: int, batch_si
     if workers is None:  # in-memory arrays on the CPU: loading in this process is fastest
         workers = default_workers(world) if device.type == "cuda" else 0
 
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input sizes: let cuDNN pick its fastest kernels
     identity = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum, "seed": seed,
                 **dict(fingerprint or {})}
     model.to(device)
