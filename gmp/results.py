@@ -376,9 +376,15 @@ def _chapter_folder(chapter: str) -> str | None:
 
 
 def glue(name: str, value: Any, display: bool = False) -> None:
-    """``myst_nb.glue`` when available (book builds), else nothing (Colab, plain Jupyter)."""
+    """``myst_nb.glue`` when available (book builds), else nothing (Colab, plain Jupyter).
+
+    NumPy and torch scalars are glued as Python numbers, so that format specs such as
+    ``{glue:text}`name:.3f``` work on them.
+    """
     try:
         from myst_nb import glue as _glue
     except ImportError:
         return
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()
     _glue(name, value, display=display)

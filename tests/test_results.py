@@ -124,3 +124,16 @@ def test_a_claim_must_return_a_known_verdict():
     claim = Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", "probably"))
     with pytest.raises(ValueError, match="verdict 'probably'"):
         claim.evaluate({})
+
+
+def test_glue_stores_numpy_and_torch_scalars_as_python_numbers(monkeypatch):
+    import myst_nb
+    import torch
+
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=False: glued.update({name: value}))
+    results.glue("a", np.float64(9.5))
+    results.glue("b", torch.tensor(3))
+    results.glue("c", [1.0, 2.0])
+    assert glued == {"a": 9.5, "b": 3, "c": [1.0, 2.0]}
+    assert type(glued["a"]) is float and type(glued["b"]) is int
