@@ -109,6 +109,8 @@ class FitResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FitResult:
+        """The :class:`FitResult` that :meth:`to_json` wrote (None back to NaN)."""
+
         def arr(values: list[float | None]) -> np.ndarray:
             return np.array([np.nan if v is None else v for v in values], dtype=float)
 

@@ -9,7 +9,7 @@ The SBSNN paper's networks (Sections 5-6): five hidden layers of width 192 with 
 activation of the SBSNN family (or a GPN activation), orthogonal initialization, fed
 either by an initial SIREN layer (Fig. 4) or by a positional encoder (Figs. 5-7). We count
 layers as SIREN's code does (``hidden_layers`` layers after the first one) and initialise
-every linear layer, including the output, with :func:`torch.nn.init.orthogonal_` (Haar
+every linear layer, including the output, with ``torch.nn.init.orthogonal_`` (Haar
 distributed) and zero biases; the paper does not state the biases.
 """
 
