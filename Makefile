@@ -8,6 +8,9 @@ SCALE ?= small
 # The default build goes to _build/html; other scales get their own folder and execution cache.
 OUT := $(if $(filter small,$(SCALE)),.,_build/$(SCALE))
 MATHJAX := book/_static/mathjax/tex-chtml.js
+# Idle OpenMP threads sleep instead of spinning: on a small or shared CPU, spinning threads
+# made small convolutions several times slower with 2 threads than with 1.
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: book test clean
 

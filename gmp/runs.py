@@ -73,7 +73,8 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     started = time.time()
-    env = {_results.STAGING_ENV: str(staging), PROGRESS_ENV: "1", "GMP_SCALE": scale}
+    env = {_results.STAGING_ENV: str(staging), PROGRESS_ENV: "1", "GMP_SCALE": scale,
+           "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -41,7 +41,7 @@ CONFIG = scaled(
                 gmp_init="glorot", paper_batch_sizes=[256, 512, 1024], fast_fraction=0.25,
                 estimate=dict(widths=[128, 256, 512], batch_sizes=[256, 512, 1024], seeds=3, images=1_281_167,
                               epochs=40, sustained_tflops=150)),
-    smoke=dict(dataset="digits", widths=[4, 4, 8], batch_sizes=[256, 512, 1024], epochs=2, seeds=[0],
+    smoke=dict(dataset="digits", widths=[4, 4, 8], batch_sizes=[64, 128, 256], epochs=2, seeds=[0],
                mn_momentum=0.1, checkpoint=False),
     small=dict(dataset="digits", widths=[8, 8, 16], batch_sizes=[32, 64, 128], epochs=6, seeds=[0],
                mn_momentum=0.1, checkpoint=False),
