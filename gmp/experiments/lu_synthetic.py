@@ -34,7 +34,7 @@ CONFIG = scaled(
     small=dict(samples=128, width=128, depth=100,
                sweep_widths=[32, 64, 128, 256], sweep_depth=100, sweep_samples=64, sweep_repeats=3),
     paper=dict(samples=500, width=500, depth=200,
-               sweep_widths=[100, 300, 500, 900, 1500], sweep_depth=200, sweep_samples=100, sweep_repeats=3),
+               sweep_widths=[100, 300, 500, 900, 1500], sweep_depth=200, sweep_samples=500, sweep_repeats=3),
 )
 
 PAPER = {
