@@ -114,6 +114,8 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     os.replace(staging, final)
     shutil.rmtree(old, ignore_errors=True)
     (results_dir / "_partial" / f"{scale}-{cfg.digest}.jsonl").unlink(missing_ok=True)
+    if (results_dir / "_partial").is_dir() and not any((results_dir / "_partial").iterdir()):
+        (results_dir / "_partial").rmdir()
     return final
 
 
