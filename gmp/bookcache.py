@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -38,25 +39,33 @@ def fingerprint(page: Path, root: Path) -> str:
 
 
 def invalidate(path_output: Path, root: Path) -> list[str]:
-    """Drop cached executions whose fingerprint changed; return the pages dropped."""
+    """Mark the pages whose fingerprint changed for re-execution; return their paths.
+
+    A changed page has its cached execution dropped and its modification time refreshed,
+    so that Sphinx reads it again (Sphinx only re-reads sources newer than its last read).
+    The claims ledger reads every chapter's results, so it joins any change.
+    """
     cache_dir = path_output / "_build" / ".jupyter_cache"
     state_file = path_output / "_build" / ".gmp-fingerprints.json"
-    pages = sorted((root / "book").rglob("*.md"))
-    current = {str(p.resolve()): fingerprint(p, root) for p in pages if "_results" not in p.parts}
-    dropped = []
-    if cache_dir.is_dir():
+    pages = [p for p in sorted((root / "book").rglob("*.md")) if "_results" not in p.parts]
+    current = {str(p.resolve()): fingerprint(p, root) for p in pages}
+    stored = json.loads(state_file.read_text()) if state_file.is_file() else {}
+    changed = [uri for uri, value in current.items() if stored.get(uri) != value]
+    ledger = str((root / "book" / "claims.md").resolve())
+    if changed and ledger in current and ledger not in changed:
+        changed.append(ledger)
+    for uri in changed:
+        os.utime(uri)
+    if changed and cache_dir.is_dir():
         from jupyter_cache import get_cache
 
-        stored = json.loads(state_file.read_text()) if state_file.is_file() else {}
         cache = get_cache(cache_dir)
         for record in cache.list_cache_records():
-            uri = str(Path(record.uri).resolve())
-            if stored.get(uri) != current.get(uri):
+            if str(Path(record.uri).resolve()) in changed:
                 cache.remove_cache(record.pk)
-                dropped.append(uri)
     state_file.parent.mkdir(parents=True, exist_ok=True)
     state_file.write_text(json.dumps(current, indent=1))
-    return dropped
+    return changed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     root = repository_root()
     if root is None:
         parser.error("run it from inside the book's repository")
-    for uri in invalidate(Path(args.path_output), root):
-        print(f"gmp.bookcache: {Path(uri).relative_to(root)} will be re-executed (gmp or its results changed)")
+    changed = invalidate(Path(args.path_output), root)
+    if changed:
+        print(f"gmp.bookcache: {len(changed)} page(s) will be read and executed again "
+              f"(gmp or their cached results changed): {', '.join(Path(u).stem for u in changed)}")
     return 0
 
 

@@ -1,5 +1,7 @@
 """A chapter's cached execution is dropped when gmp or its cached results change."""
 
+import os
+
 import nbformat
 from jupyter_cache import get_cache
 from jupyter_cache.base import CacheBundleIn
@@ -28,17 +30,23 @@ def _cache_pages(tmp_path, *pages):
     return cache
 
 
-def test_results_of_one_chapter_invalidate_only_that_chapter(tmp_path):
+def test_results_of_one_chapter_invalidate_only_that_chapter_and_the_ledger(tmp_path):
     page, other = _repo(tmp_path)
+    ledger = tmp_path / "book" / "claims.md"
+    ledger.write_text("# Claims\n")
     _cache_pages(tmp_path, page, other)
-    bookcache.invalidate(tmp_path, tmp_path)  # first call: no fingerprints stored, both dropped
+    assert len(bookcache.invalidate(tmp_path, tmp_path)) == 3  # first call: nothing known, all change
     cache = _cache_pages(tmp_path, page, other)
     assert bookcache.invalidate(tmp_path, tmp_path) == []
+    for p in (page, other, ledger):
+        os.utime(p, (1_000_000, 1_000_000))
     results = tmp_path / "book" / "_results" / "chen_levy" / "paper"
     results.mkdir(parents=True)
     (results / "fig2.json").write_text("{}")
-    assert bookcache.invalidate(tmp_path, tmp_path) == [str(page.resolve())]
+    assert bookcache.invalidate(tmp_path, tmp_path) == [str(page.resolve()), str(ledger.resolve())]
     assert [r.uri for r in cache.list_cache_records()] == [str(other)]
+    assert page.stat().st_mtime > 1_000_000 and ledger.stat().st_mtime > 1_000_000
+    assert other.stat().st_mtime == 1_000_000
 
 
 def test_journal_of_an_unfinished_run_does_not_invalidate(tmp_path):
