@@ -23,6 +23,7 @@ import json
 import os
 import pkgutil
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,9 @@ class Cached:
         when = f"{p.get('date', '?')} on {p.get('device', '?')}, commit {str(p.get('commit', '?'))[:10]}, " \
                f"gmp {p.get('gmp_version', '?')}, torch {p.get('torch_version', '?')}, " \
                f"wall time {_duration(p.get('wall_time_s'))}"
+        if p.get("resumed_units"):
+            when += (f" after resuming {p['resumed_units']} units journalled by earlier, interrupted attempts "
+                     f"({_duration(p.get('resumed_seconds'))} of computing)")
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
@@ -176,13 +180,8 @@ class Store:
         self._journal_path: Path | None = None
         if self.staging is not None:
             self._journal_path = self.staging.parent / "_partial" / f"{cfg.scale}-{cfg.digest}.jsonl"
-            if self._journal_path.is_file():
-                for line in self._journal_path.read_text().splitlines():
-                    try:
-                        entry = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut short by an interruption
-                    self._journal[entry["key"]] = entry["value"]
+            for entry in journal_entries(self._journal_path):
+                self._journal[entry["key"]] = entry["value"]
 
     def save(self, name: str, payload: Mapping[str, Any],
              arrays: Mapping[str, np.ndarray] | None = None) -> Path | None:
@@ -204,8 +203,9 @@ class Store:
         """Return the journalled value of ``key``, or compute, journal and return it."""
         if key in self._journal:
             return self._journal[key]
+        started = time.perf_counter()
         value = compute()
-        line = json.dumps({"key": key, "value": value})
+        line = json.dumps({"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3)})
         self._journal[key] = json.loads(line)["value"]
         if self._journal_path is not None:
             self._journal_path.parent.mkdir(parents=True, exist_ok=True)
@@ -243,11 +243,20 @@ def journal_path(chapter: str, scale: str, digest: str) -> Path | None:
     return root / chapter / "_partial" / f"{scale}-{digest}.jsonl" if root else None
 
 
+def journal_entries(path: Path) -> list[dict[str, Any]]:
+    """The complete entries of a journal (a line cut short by an interruption is skipped)."""
+    entries = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return entries
+
+
 def _journalled(chapter: str, scale: str) -> int:
     path = journal_path(chapter, scale, _config.load(chapter, scale).digest)
-    if path is None or not path.is_file():
-        return 0
-    return sum(1 for line in path.read_text().splitlines() if line.endswith("}"))
+    return len(journal_entries(path)) if path else 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -72,6 +72,8 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     staging = results_dir / f".staging-{scale}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    journal = results_dir / "_partial" / f"{scale}-{cfg.digest}.jsonl"
+    resumed = _results.journal_entries(journal)
     started = time.time()
     env = {_results.STAGING_ENV: str(staging), PROGRESS_ENV: "1", "GMP_SCALE": scale,
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
@@ -104,6 +106,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
         "python_version": platform.python_version(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "wall_time_s": round(time.time() - started, 1), "config": cfg.as_dict(), "config_digest": cfg.digest,
+        "resumed_units": len(resumed), "resumed_seconds": round(sum(e.get("seconds", 0.0) for e in resumed), 1),
         "command": f"python -m gmp.runs {chapter} --scale {scale} --device {device} --seed {seed}",
     }
     _results.atomic_write_json(staging / "provenance.json", provenance)
@@ -113,7 +116,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
         os.replace(final, old)
     os.replace(staging, final)
     shutil.rmtree(old, ignore_errors=True)
-    (results_dir / "_partial" / f"{scale}-{cfg.digest}.jsonl").unlink(missing_ok=True)
+    journal.unlink(missing_ok=True)
     if (results_dir / "_partial").is_dir() and not any((results_dir / "_partial").iterdir()):
         (results_dir / "_partial").rmdir()
     return final

@@ -82,6 +82,7 @@ def test_memo_resumes_after_an_interruption(chapter, tmp_path, monkeypatch):
     store = results.Store("fake_chapter", cfg)
     assert [store.memo(f"unit-{i}", lambda i=i: unit(i)) for i in range(3)][2] == {"i": 2, "value": 4}
     journal = tmp_path / "_results" / "fake_chapter" / "_partial" / f"paper-{cfg.digest}.jsonl"
+    assert all(entry["seconds"] >= 0 for entry in results.journal_entries(journal))
     with open(journal, "a") as handle:
         handle.write('{"key": "unit-3", "val')  # a write cut short by the interruption
     monkeypatch.delenv(results.STAGING_ENV)

@@ -68,3 +68,16 @@ def test_unknown_chapter_lists_the_known_ones(book):
     _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
     with pytest.raises(ValueError, match="chapters: fake_chapter"):
         runs.run("other_chapter", "smoke", root=book)
+
+
+def test_a_resumed_run_reports_the_work_of_earlier_attempts(book):
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    digest = config.load("fake_chapter", "smoke").digest
+    journal = book / "book" / "_results" / "fake_chapter" / "_partial" / f"smoke-{digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text('{"key": "a", "value": 1, "seconds": 60.0}\n{"key": "b", "value": 2, "seconds": 30.5}\n{"key": "c"')
+    final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    provenance = json.loads((final / "provenance.json").read_text())
+    assert (provenance["resumed_units"], provenance["resumed_seconds"]) == (2, 90.5)
+    assert "after resuming 2 units" in results.cached("fake_chapter", "summary", "smoke").describe()
+    assert not journal.parent.exists()
