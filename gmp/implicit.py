@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -188,3 +188,32 @@ def fit_spec(spec: Mapping[str, Any], coords: Tensor, pixels: Tensor, *, seed: i
     model = build_model(spec, side)
     return fit_image(model, coords, pixels, steps=spec["steps"], lr=spec["lr"], plateau=spec.get("plateau"),
                      snapshot_steps=snapshot_steps, device=device, desc=desc)
+
+
+def plot_psnr_panels(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, *,
+                     scale: str, side: int, cached_side: int | None, mse_target: float,
+                     line_style: Callable[[str], Mapping[str, Any]]):
+    """PSNR per Adam update of several fits: this build's, and beside it the paper-scale cache.
+
+    ``live`` and ``cached`` map curve names to PSNR arrays (index = step);
+    ``line_style(name)`` gives each curve's matplotlib keywords, its ``label`` included.
+    The dashed line marks the PSNR of ``mse_target``. Used by Figs. 4, 6 and 7 of SBSNN.
+    """
+    import matplotlib.pyplot as plt
+
+    panels = [(f"this build ({scale}, {side}×{side})", live)]
+    if cached is not None:
+        panels.append((f"paper scale (cache, {cached_side}×{cached_side})", cached))
+    fig, axes = plt.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4.2), squeeze=False)
+    for ax, (title, arrays) in zip(axes[0], panels):
+        for name, curve in arrays.items():
+            ax.plot(np.arange(1, len(curve)), curve[1:], lw=1.3, **line_style(name))
+        ax.axhline(mse_to_psnr(mse_target), color="grey", ls="--", lw=0.8, label=f"MSE {mse_target:g}")
+        ax.set_xscale("log")
+        ax.set_xlabel("Adam updates")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("PSNR (dB)")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    return fig

@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 import gmp
-from gmp.config import Config
 from gmp.conv import GmPConv2d
 from gmp.experiments import chen_resnet, chen_vgg
 from gmp.results import PARTLY, REPRODUCED

@@ -12,7 +12,7 @@ import numpy as np
 from gmp.activations import ACTIVATION_LABELS, ACTIVATION_TEXT, PAPER_COLOURS
 from gmp.config import scaled
 from gmp.data.images import cameraman, image_fitting_data
-from gmp.implicit import FitResult, default_levels, fit_spec, mse_to_psnr
+from gmp.implicit import FitResult, default_levels, fit_spec, plot_psnr_panels
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
 
 FIG6_ACTIVATIONS = ["sin", "triangle", "abs_sin", "gpn_tanh", "gpn_gelu", "gpn_elu", "gpn_relu"]
@@ -140,27 +140,14 @@ def plot_fig5(arrays: Mapping[str, np.ndarray], step: int, title: str):
 def plot_psnr(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, scale: str,
               side: int, cached_side: int | None, mse_target: float):
     """Figs. 6 and 7: PSNR per step, dotted for the NeRF-type encoder, solid for the rotated one."""
-    import matplotlib.pyplot as plt
 
-    panels = [(f"this build ({scale}, {side}×{side})", live)]
-    if cached is not None:
-        panels.append((f"paper scale (cache, {cached_side}×{cached_side})", cached))
-    fig, axes = plt.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4.2), squeeze=False)
-    for ax, (title, arrays) in zip(axes[0], panels):
-        for key, psnr in arrays.items():
-            name, encoder = key.removeprefix("psnr_").rsplit("_", 1)
-            ax.plot(np.arange(1, len(psnr)), psnr[1:], color=PAPER_COLOURS[name], lw=1.3,
-                    ls=":" if encoder == "nerf" else "-",
+    def line_style(key: str) -> dict[str, Any]:
+        name, encoder = key.removeprefix("psnr_").rsplit("_", 1)
+        return dict(color=PAPER_COLOURS[name], ls=":" if encoder == "nerf" else "-",
                     label=f"{ACTIVATION_LABELS[name]}, {'NeRF' if encoder == 'nerf' else 'rotated'}")
-        ax.axhline(mse_to_psnr(mse_target), color="grey", ls="--", lw=0.8, label=f"MSE {mse_target:g}")
-        ax.set_xscale("log")
-        ax.set_xlabel("Adam updates")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("PSNR (dB)")
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), ncol=1)
-    fig.tight_layout()
-    return fig
+
+    return plot_psnr_panels(live, cached, scale=scale, side=side, cached_side=cached_side,
+                            mse_target=mse_target, line_style=line_style)
 
 
 def _missing(status: str) -> str:
@@ -214,7 +201,6 @@ def _fig5_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     if excess_nerf > 0 and excess_nerf >= 2 * excess_rotated:
         return measured, REPRODUCED
     return measured, PARTLY if nerf > rotated else NOT_REPRODUCED
-    return measured, verdict
 
 
 def _fig6_check(payload: Mapping[str, Any]) -> tuple[str, str]:

@@ -12,7 +12,7 @@ import numpy as np
 from gmp.activations import ACTIVATION_LABELS, PAPER_COLOURS
 from gmp.config import scaled
 from gmp.data.images import image_fitting_data
-from gmp.implicit import FitResult, fit_spec, mse_to_psnr
+from gmp.implicit import FitResult, fit_spec, mse_to_psnr, plot_psnr_panels
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
 
 FIG4_ACTIVATIONS = ["sin", "triangle", "gpn_tanh", "gpn_relu", "gpn_elu", "abs_sin"]
@@ -93,25 +93,13 @@ def _label(name: str) -> str:
 def plot_fig4(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, mse_target: float,
               scale: str, side: int, cached_side: int | None):
     """Fig. 4: PSNR per step of every network, for this build and (when cached) paper scale."""
-    import matplotlib.pyplot as plt
 
-    panels = [(f"this build ({scale}, {side}×{side})", live)]
-    if cached is not None:
-        panels.append((f"paper scale (cache, {cached_side}×{cached_side})", cached))
-    fig, axes = plt.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4.2), squeeze=False)
-    for ax, (title, arrays) in zip(axes[0], panels):
-        for key, psnr in arrays.items():
-            name = key.removeprefix("psnr_")
-            ax.plot(np.arange(1, len(psnr)), psnr[1:], color=PAPER_COLOURS[name], lw=1.3, label=_label(name))
-        ax.axhline(mse_to_psnr(mse_target), color="grey", ls=":", lw=1, label=f"MSE {mse_target:g}")
-        ax.set_xscale("log")
-        ax.set_xlabel("Adam updates")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("PSNR (dB)")
-    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.tight_layout()
-    return fig
+    def line_style(key: str) -> dict[str, Any]:
+        name = key.removeprefix("psnr_")
+        return dict(color=PAPER_COLOURS[name], label=_label(name))
+
+    return plot_psnr_panels(live, cached, scale=scale, side=side, cached_side=cached_side,
+                            mse_target=mse_target, line_style=line_style)
 
 
 def plot_lr_sweep(fits: Mapping[str, FitResult], sweep: Mapping[str, FitResult], base_lr: float,
