@@ -26,10 +26,17 @@ def _hash_files(digest: "hashlib._Hash", files: list[Path], root: Path) -> None:
         digest.update(path.read_bytes())
 
 
-def fingerprint(page: Path, root: Path) -> str:
-    """Hash of the package sources and of the page's cached results."""
+def package_digest(root: Path) -> str:
+    """Hash of the package sources, on which every page depends."""
     digest = hashlib.sha256()
     _hash_files(digest, list((root / "gmp").rglob("*.py")), root)
+    return digest.hexdigest()
+
+
+def fingerprint(page: Path, root: Path, package: str | None = None) -> str:
+    """Hash of the package sources (``package``, computed when not given) and of the page's
+    cached results."""
+    digest = hashlib.sha256((package or package_digest(root)).encode())
     results = root / "book" / "_results" / page.stem
     if results.is_dir():
         kept = [p for p in results.rglob("*") if p.is_file()
@@ -48,7 +55,8 @@ def invalidate(path_output: Path, root: Path) -> list[str]:
     cache_dir = path_output / "_build" / ".jupyter_cache"
     state_file = path_output / "_build" / ".gmp-fingerprints.json"
     pages = [p for p in sorted((root / "book").rglob("*.md")) if "_results" not in p.parts]
-    current = {str(p.resolve()): fingerprint(p, root) for p in pages}
+    package = package_digest(root)
+    current = {str(p.resolve()): fingerprint(p, root, package) for p in pages}
     stored = json.loads(state_file.read_text()) if state_file.is_file() else {}
     changed = [uri for uri, value in current.items() if stored.get(uri) != value]
     ledger = str((root / "book" / "claims.md").resolve())
