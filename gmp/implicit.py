@@ -11,9 +11,13 @@ computed as in SIREN's code: prediction and target are mapped from ``[-1, 1]`` t
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
+import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +27,7 @@ from torch import Tensor, nn
 from gmp.encoders import PositionalEncoding
 from gmp.models.implicit import ImplicitMLP, Siren
 from gmp.progress import bar
+from gmp.results import atomic_write_bytes
 
 
 def psnr(prediction: Tensor, target: Tensor) -> float:
@@ -121,6 +126,8 @@ class FitResult:
 
 def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, lr: float,
               plateau: Mapping[str, float] | None = None, snapshot_steps: Iterable[int] = (),
+              stop_below: float | None = None, min_steps: int = 0, compile: bool = False,
+              checkpoint: str | os.PathLike | None = None, checkpoint_every: int = 200,
               device: torch.device | str = "cpu", progress: bool | None = None, desc: str | None = None
               ) -> FitResult:
     """Fit ``model`` to ``pixels`` at ``coords`` with full-batch Adam for ``steps`` updates.
@@ -129,9 +136,21 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
     (multiply the learning rate by ``factor`` after ``patience`` steps without improvement
     of the training MSE) or None for a constant learning rate. ``snapshot_steps`` are the
     steps at which the predicted image is kept (the image must be square).
+
+    ``stop_below`` ends the fit at the first step whose training MSE is at most that value,
+    once the curves hold at least ``min_steps`` entries; the curves then end at that step.
+    ``compile`` runs the model through ``torch.compile`` (about 2x faster on CPU at 256 x 256;
+    if compilation fails, a warning is issued and the fit runs eagerly).
+
+    ``checkpoint`` is a file that makes a long fit resumable: every ``checkpoint_every``
+    steps, and at the end, the model, optimiser, schedule and curves so far are written to
+    it (atomically). A later call with the same file and settings continues from there and
+    gives the same curves as an uninterrupted fit; a finished checkpoint is returned as is.
     """
     if steps < 1 or lr <= 0:
         raise ValueError(f"need steps >= 1 and lr > 0, got steps={steps!r}, lr={lr!r}")
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be at least 1, got {checkpoint_every!r}")
     if coords.shape[0] != pixels.shape[0]:
         raise ValueError(f"coords and pixels differ in length: {coords.shape[0]} vs {pixels.shape[0]}")
     snapshot_steps = sorted(set(snapshot_steps))
@@ -153,10 +172,48 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
     lrs = np.full(steps, np.nan)
     snapshots: dict[int, np.ndarray] = {}
     diverged_at = None
-    started = time.perf_counter()
-    for step in bar(range(steps), desc=desc, disable=None if progress is None else not progress,
-                    leave=False):
-        prediction = model(coords)
+    start, stopped, spent = 0, None, 0.0
+    settings = {"steps": steps, "lr": lr, "plateau": dict(plateau) if plateau else None,
+                "snapshot_steps": snapshot_steps, "stop_below": stop_below, "min_steps": min_steps,
+                "pixels": int(pixels.shape[0])}
+    checkpoint = Path(checkpoint) if checkpoint is not None else None
+    if checkpoint is not None and checkpoint.is_file():
+        state = torch.load(checkpoint, map_location=device, weights_only=False)
+        if state["settings"] != settings:
+            raise ValueError(f"checkpoint {checkpoint} was written by a fit with settings {state['settings']}, "
+                             f"not {settings}; delete it or pass another checkpoint file")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        mse[:], psnrs[:], lrs[:] = state["mse"], state["psnr"], state["lr"]
+        snapshots, diverged_at = state["snapshots"], state["diverged_at"]
+        start, stopped, spent = state["step"], state["stopped"], state["seconds"]
+
+    def save(step: int) -> None:
+        state = {"settings": settings, "step": step, "stopped": stopped, "seconds": spent + time.perf_counter() - began,
+                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                 "mse": mse, "psnr": psnrs, "lr": lrs, "snapshots": snapshots, "diverged_at": diverged_at}
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        atomic_write_bytes(checkpoint, buffer.getvalue())
+
+    forward: Callable[[Tensor], Tensor] = torch.compile(model) if compile else model
+    began = time.perf_counter()
+    finished = diverged_at is not None or stopped is not None or start >= steps
+    for step in bar(range(start, steps if not finished else start), desc=desc,
+                    disable=None if progress is None else not progress, leave=False, initial=start, total=steps):
+        if checkpoint is not None and step > start and step % checkpoint_every == 0:
+            save(step)
+        try:
+            prediction = forward(coords)
+        except Exception as err:  # torch.compile needs a working C++ toolchain; fall back to eager mode
+            if forward is model:
+                raise
+            warnings.warn(f"torch.compile failed ({type(err).__name__}: {err}); fitting in eager mode", stacklevel=2)
+            forward = model
+            prediction = forward(coords)
         loss = torch.mean((prediction - pixels) ** 2)
         value = loss.item()
         if not math.isfinite(value):
@@ -167,43 +224,56 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
         lrs[step] = optimizer.param_groups[0]["lr"]
         if step in snapshot_steps:
             snapshots[step] = prediction.detach().reshape(side, side).float().cpu().numpy()
+        if stop_below is not None and value <= stop_below and step + 1 >= min_steps:
+            stopped = step
+            break
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         if scheduler is not None:
             scheduler.step(value)
-    return FitResult(mse, psnrs, lrs, snapshots, diverged_at, time.perf_counter() - started)
+    if checkpoint is not None and not finished:
+        save(steps)
+    seconds = spent + (time.perf_counter() - began if not finished else 0.0)
+    end = stopped + 1 if stopped is not None else steps
+    return FitResult(mse[:end], psnrs[:end], lrs[:end], snapshots, diverged_at, seconds)
 
 
 def fit_spec(spec: Mapping[str, Any], coords: Tensor, pixels: Tensor, *, seed: int,
-             device: torch.device | str = "cpu", snapshot_steps: Iterable[int] = (), desc: str | None = None
-             ) -> FitResult:
+             device: torch.device | str = "cpu", snapshot_steps: Iterable[int] = (), desc: str | None = None,
+             checkpoint: str | os.PathLike | None = None) -> FitResult:
     """Build the network of ``spec`` (see :func:`build_model`) from ``seed`` and fit it.
 
     ``spec`` also holds the optimisation settings: ``"steps"``, ``"lr"`` and ``"plateau"``
-    (``{"factor": ..., "patience": ...}`` or None for a constant learning rate).
+    (``{"factor": ..., "patience": ...}`` or None for a constant learning rate), and
+    optionally ``"stop_below"``, ``"min_steps"`` and ``"compile"`` (see :func:`fit_image`).
+    ``checkpoint`` makes the fit resumable (see :func:`fit_image`).
     """
     side = math.isqrt(pixels.shape[0])
     torch.manual_seed(seed)
     model = build_model(spec, side)
     return fit_image(model, coords, pixels, steps=spec["steps"], lr=spec["lr"], plateau=spec.get("plateau"),
-                     snapshot_steps=snapshot_steps, device=device, desc=desc)
+                     stop_below=spec.get("stop_below"), min_steps=spec.get("min_steps", 0),
+                     compile=spec.get("compile", False), snapshot_steps=snapshot_steps, device=device, desc=desc,
+                     checkpoint=checkpoint)
 
 
 def plot_psnr_panels(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, *,
                      scale: str, side: int, cached_side: int | None, mse_target: float,
-                     line_style: Callable[[str], Mapping[str, Any]]):
+                     line_style: Callable[[str], Mapping[str, Any]], cached_title: str | None = None):
     """PSNR per Adam update of several fits: this build's, and beside it the paper-scale cache.
 
     ``live`` and ``cached`` map curve names to PSNR arrays (index = step);
     ``line_style(name)`` gives each curve's matplotlib keywords, its ``label`` included.
-    The dashed line marks the PSNR of ``mse_target``. Used by Figs. 4, 6 and 7 of SBSNN.
+    The dashed line marks the PSNR of ``mse_target``. ``cached_title`` replaces the second
+    panel's title (for the partial results of an unfinished paper-scale run). Used by
+    Figs. 4, 6 and 7 of SBSNN.
     """
     import matplotlib.pyplot as plt
 
     panels = [(f"this build ({scale}, {side}×{side})", live)]
     if cached is not None:
-        panels.append((f"paper scale (cache, {cached_side}×{cached_side})", cached))
+        panels.append((cached_title or f"paper scale (cache, {cached_side}×{cached_side})", cached))
     fig, axes = plt.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4.2), squeeze=False)
     for ax, (title, arrays) in zip(axes[0], panels):
         for name, curve in arrays.items():

@@ -107,7 +107,13 @@ class Cached:
     payload: dict[str, Any] | None = None
     arrays: dict[str, np.ndarray] | None = None
     provenance: dict[str, Any] | None = None
-    journalled: int = 0
+    units: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """When absent: the units (key to value) that an unfinished run with the current config journalled."""
+
+    @property
+    def journalled(self) -> int:
+        """How many units an unfinished run with the current config has journalled."""
+        return len(self.units)
 
     @property
     def current(self) -> bool:
@@ -199,8 +205,22 @@ class Store:
             atomic_write_bytes(self.staging / f"{name}.npz", _npz_bytes(arrays))
         return path
 
+    def scratch(self, key: str) -> Path | None:
+        """A file for the in-progress state of the unit ``key`` of :meth:`memo` (None outside ``gmp.runs``).
+
+        A unit that takes long (one long training run) can checkpoint itself there; the file
+        lives beside the journal, is not committed, and is deleted once the unit is journalled.
+        """
+        if self._journal_path is None:
+            return None
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+        return self._journal_path.with_suffix("") / f"{safe}.pt"
+
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
         """Return the journalled value of ``key``, or compute, journal and return it."""
+        if key not in self._journal and self._journal_path is not None:
+            for entry in journal_entries(self._journal_path):  # another worker may have finished it
+                self._journal[entry["key"]] = entry["value"]
         if key in self._journal:
             return self._journal[key]
         started = time.perf_counter()
@@ -209,10 +229,15 @@ class Store:
         self._journal[key] = json.loads(line)["value"]
         if self._journal_path is not None:
             self._journal_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self._journal_path, "a") as handle:
-                handle.write(line + "\n")
+            with open(self._journal_path, "a+b") as handle:
+                if handle.seek(0, os.SEEK_END):
+                    handle.seek(-1, os.SEEK_END)
+                    if handle.read(1) != b"\n":
+                        line = "\n" + line  # end a line an interrupted write cut short, so it stays skipped alone
+                handle.write((line + "\n").encode())
                 handle.flush()
                 os.fsync(handle.fileno())
+            self.scratch(key).unlink(missing_ok=True)
         return value
 
     def cached(self, name: str, scale: str = "paper") -> Cached:
@@ -225,7 +250,7 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     root = results_root()
     folder = root / chapter / scale if root else None
     if folder is None or not (folder / f"{name}.json").is_file() or not (folder / "provenance.json").is_file():
-        return Cached(chapter, name, scale, "absent", journalled=_journalled(chapter, scale))
+        return Cached(chapter, name, scale, "absent", units=_journalled(chapter, scale))
     provenance = json.loads((folder / "provenance.json").read_text())
     payload = json.loads((folder / f"{name}.json").read_text())
     arrays = None
@@ -254,9 +279,9 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def _journalled(chapter: str, scale: str) -> int:
+def _journalled(chapter: str, scale: str) -> dict[str, Any]:
     path = journal_path(chapter, scale, _config.load(chapter, scale).digest)
-    return len(journal_entries(path)) if path else 0
+    return {entry["key"]: entry["value"] for entry in journal_entries(path)} if path else {}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 
+import numpy as np
 import papermill
 import pytest
 
 from conftest import chapters
+from gmp import config, results
+from gmp.implicit import FitResult
 
 
 @pytest.mark.chapter
@@ -23,3 +28,36 @@ def test_chapter_runs_at_smoke_scale(page, tmp_path, monkeypatch):
     errors = [o for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
     assert os.environ["GMP_SCALE"] == "smoke"
+
+
+@pytest.mark.chapter
+@pytest.mark.parametrize("chapter, units, column", [
+    ("sbsnn_fitting", ["sin-0", "siren-0"], "ours (paper scale): steps"),
+    ("sbsnn_encoders", ["fig7-sin/rotated-0"], "ours (paper scale)"),
+])
+def test_an_unfinished_paper_run_is_shown_as_partial(chapter, units, column, tmp_path, monkeypatch):
+    """Networks journalled by an unfinished paper-scale run appear in the chapter's table, the rest as not run."""
+    mse = 1e-2 * 10 ** (-np.arange(60) / 12)
+    fit = FitResult(mse, 10 * np.log10(4 / mse), np.full(60, 1e-3), {}, None, 1.0)
+    digest = config.load(chapter, "paper").digest
+    root = tmp_path / "results"
+    journal = results.journal_path(chapter, "paper", digest).relative_to(results.results_root())
+    (root / journal).parent.mkdir(parents=True)
+    (root / journal).write_text("".join(json.dumps({"key": k, "value": fit.to_json(), "seconds": 1.0}) + "\n"
+                                        for k in units))
+    monkeypatch.setenv(results.ROOT_ENV, str(root))
+    monkeypatch.setenv("GMP_SCALE", "smoke")
+    monkeypatch.delenv("GMP_RESULTS_STAGING", raising=False)
+    page = next(p for p in chapters() if p.stem == chapter)
+    executed = papermill.execute_notebook(
+        str(page.with_suffix(".ipynb")), str(tmp_path / f"{chapter}.ipynb"), parameters={"SCALE": "smoke"},
+        cwd=str(page.parent), kernel_name="python3", progress_bar=False)
+    tables = [o["data"]["text/html"] for c in executed.cells for o in c.get("outputs", [])
+              if column in o.get("data", {}).get("text/html", "")]
+    assert len(tables) == 1
+    headers = re.findall(r'<th [^>]*class="col_heading level0 col(\d+)"[^>]*>(.*?)</th>', tables[0])
+    index = next(i for i, name in headers if name == column)
+    shown = [text.strip() for col, text in re.findall(r'<td [^>]*class="data row\d+ col(\d+)"[^>]*>(.*?)</td>',
+                                                        tables[0]) if col == index]
+    assert shown.count(str(fit.first_step_below(1e-5))) == len(units)
+    assert shown.count("not yet run at paper scale") == len(shown) - len(units)

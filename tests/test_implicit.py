@@ -119,3 +119,62 @@ def test_bad_specs():
         build_model({"model": "sbsnn", "activation": "sin", "encoder": "fourier"}, side=64)
     with pytest.raises(ValueError):
         ImplicitMLP("sin", first_layer="relu")
+
+
+def _tiny_fit(**kwargs):
+    torch.manual_seed(0)
+    coords, pixels = image_fitting_data(8)
+    model = build_model({"model": "sbsnn", "activation": "sin", "hidden_features": 16, "hidden_layers": 2}, side=8)
+    return fit_image(model, coords, pixels, lr=1e-3, plateau={"factor": 0.5, "patience": 2}, progress=False, **kwargs)
+
+
+def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_same_curves(tmp_path, monkeypatch):
+    whole = _tiny_fit(steps=12, snapshot_steps=[2, 9])
+    calls = {"n": 0}
+    adam_step = torch.optim.Adam.step
+
+    def failing_step(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return adam_step(self, *args, **kwargs)
+
+    path = tmp_path / "fit.pt"
+    monkeypatch.setattr(torch.optim.Adam, "step", failing_step)
+    with pytest.raises(KeyboardInterrupt):
+        _tiny_fit(steps=12, snapshot_steps=[2, 9], checkpoint=path, checkpoint_every=3)
+    monkeypatch.setattr(torch.optim.Adam, "step", adam_step)
+    assert torch.load(path, weights_only=False)["step"] == 6  # the last checkpoint before step 8
+    resumed = _tiny_fit(steps=12, snapshot_steps=[2, 9], checkpoint=path, checkpoint_every=3)
+    assert np.array_equal(resumed.mse, whole.mse) and np.array_equal(resumed.lr, whole.lr)
+    assert all(np.array_equal(resumed.snapshots[k], whole.snapshots[k]) for k in (2, 9))
+    again = _tiny_fit(steps=12, snapshot_steps=[2, 9], checkpoint=path)  # finished: returned as is
+    assert np.array_equal(again.mse, whole.mse)
+    with pytest.raises(ValueError, match="delete it or pass another"):
+        _tiny_fit(steps=13, checkpoint=path)
+
+
+def test_stop_below_ends_the_fit_at_the_target_after_min_steps():
+    whole = _tiny_fit(steps=40)
+    target = float(whole.mse[10])
+    first = whole.first_step_below(target)
+    early = _tiny_fit(steps=40, stop_below=target)
+    assert len(early.mse) == first + 1 and np.array_equal(early.mse, whole.mse[:first + 1])
+    later = _tiny_fit(steps=40, stop_below=target, min_steps=first + 6)
+    assert len(later.mse) >= first + 6 and later.mse[-1] <= target
+
+
+def test_compile_matches_eager_and_falls_back_when_compilation_fails(monkeypatch):
+    eager = _tiny_fit(steps=4)
+    compiled = _tiny_fit(steps=4, compile=True)
+    assert np.allclose(compiled.mse, eager.mse, rtol=1e-4)
+
+    def broken(model):
+        def fail(x):
+            raise RuntimeError("no C++ compiler")
+        return fail
+
+    monkeypatch.setattr(torch, "compile", broken)
+    with pytest.warns(UserWarning, match="no C\\+\\+ compiler"):
+        fallback = _tiny_fit(steps=4, compile=True)
+    assert np.array_equal(fallback.mse, eager.mse)

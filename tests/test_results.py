@@ -94,6 +94,25 @@ def test_memo_resumes_after_an_interruption(chapter, tmp_path, monkeypatch):
     values = [resumed.memo(f"unit-{i}", lambda i=i: unit(i)) for i in range(5)]
     assert calls == [0, 1, 2, 3, 4]
     assert values[1] == {"i": 1, "value": 1}
+    again = results.Store("fake_chapter", cfg)
+    assert [again.memo(f"unit-{i}", lambda i=i: unit(i)) for i in range(5)] == values
+    assert calls == [0, 1, 2, 3, 4]  # the unit written after the cut-short line was kept
+    assert "" not in journal.read_text().splitlines()
+
+
+def test_memo_picks_up_units_of_another_worker_and_clears_their_scratch(chapter, tmp_path, monkeypatch):
+    assert results.Store("fake_chapter", config.load("fake_chapter", "paper")).scratch("a") is None
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    cfg = config.load("fake_chapter", "paper")
+    first, second = results.Store("fake_chapter", cfg), results.Store("fake_chapter", cfg)
+    scratch = first.scratch("fig/a-0")
+    assert scratch.parent == tmp_path / "_results" / "fake_chapter" / "_partial" / f"paper-{cfg.digest}"
+    assert "/" not in scratch.name
+    scratch.parent.mkdir(parents=True)
+    scratch.write_bytes(b"state")
+    assert first.memo("fig/a-0", lambda: 1) == 1
+    assert not scratch.exists()
+    assert second.memo("fig/a-0", lambda: 2) == 1  # journalled by the other store after this one opened
 
 
 def test_memo_outside_the_runner_keeps_nothing_on_disk(chapter, tmp_path):

@@ -27,11 +27,11 @@ CONFIG = scaled(
     common=dict(activations=FIG6_ACTIVATIONS, encoders=ENCODERS, hidden_features=192, hidden_layers=5,
                 schedules={"fig6": {"lr": 2e-4, "plateau": {"factor": 0.5, "patience": 40}},
                            "fig7": {"lr": 2e-3, "plateau": {"factor": 0.5, "patience": 10}}},
-                fig5_activation="sin", mse_target=1e-5, fig7_compare_step=100),
+                fig5_activation="sin", mse_target=1e-5, fig7_compare_step=100, compile=False),
     smoke=dict(side=32, activations=["sin", "gpn_relu"], steps={"fig6": 6, "fig7": 6}, fig5_step=3),
     small=dict(side=64, activations=["sin", "triangle", "abs_sin", "gpn_tanh", "gpn_relu"],
                steps={"fig6": 40, "fig7": 40}, fig5_step=20),
-    paper=dict(side=256, steps={"fig6": 2000, "fig7": 500}, fig5_step=20),
+    paper=dict(side=256, steps={"fig6": 2000, "fig7": 500}, fig5_step=20, compile=True),
 )
 
 PAPER = {
@@ -48,7 +48,7 @@ def specs(cfg, figure: str) -> dict[str, dict[str, Any]]:
     return {f"{name}/{encoder}": {"model": "sbsnn", "activation": name, "encoder": encoder,
                                   "first_layer": "orthogonal", "hidden_features": cfg.hidden_features,
                                   "hidden_layers": cfg.hidden_layers, "steps": cfg.steps[figure],
-                                  "lr": schedule["lr"], "plateau": schedule["plateau"]}
+                                  "lr": schedule["lr"], "plateau": schedule["plateau"], "compile": cfg.compile}
             for name in cfg.activations for encoder in cfg.encoders}
 
 
@@ -58,8 +58,10 @@ def run(cfg, store, seed: int, device, figure: str) -> dict[str, FitResult]:
     out = {}
     for key, spec in specs(cfg, figure).items():
         frames = [cfg.fig5_step] if figure == "fig6" and spec["activation"] == cfg.fig5_activation else []
-        data = store.memo(f"{figure}-{key}-{seed}", lambda spec=spec, key=key, frames=frames: fit_spec(
-            spec, coords, pixels, seed=seed, device=device, snapshot_steps=frames, desc=key).to_json())
+        unit = f"{figure}-{key}-{seed}"
+        data = store.memo(unit, lambda spec=spec, key=key, unit=unit, frames=frames: fit_spec(
+            spec, coords, pixels, seed=seed, device=device, snapshot_steps=frames, desc=key,
+            checkpoint=store.scratch(unit)).to_json())
         out[key] = FitResult.from_json(data)
     return out
 
@@ -76,6 +78,25 @@ def axis_energy(image: np.ndarray) -> float:
     return float(on_axes / total)
 
 
+def journalled(cfg, units: Mapping[str, Any], seed: int, figure: str) -> dict[str, FitResult]:
+    """The fits of :func:`run` for ``figure`` that an unfinished run at ``cfg``'s scale has journalled.
+
+    ``units`` is :attr:`gmp.results.Cached.units`; a chapter shows these as a partial
+    paper-scale result until the whole run is cached.
+    """
+    return {key: FitResult.from_json(units[f"{figure}-{key}-{seed}"]) for key in specs(cfg, figure)
+            if f"{figure}-{key}-{seed}" in units}
+
+
+def rows(cfg, fits: Mapping[str, FitResult], compare: int) -> dict[str, Any]:
+    """Per network of Fig. 6 or 7: final and best PSNR, best MSE, first step below the target, PSNR at ``compare``."""
+    return {key: {"final_psnr": float(fit.psnr[-1]), "best_psnr": float(np.nanmax(fit.psnr)),
+                  "best_mse": float(np.nanmin(fit.mse)), "first_below_target": fit.first_step_below(cfg.mse_target),
+                  "psnr_at_compare": float(fit.psnr[min(compare, len(fit.psnr) - 1)]),
+                  "diverged_at": fit.diverged_at, "steps": len(fit.mse), "seconds": fit.seconds}
+            for key, fit in fits.items()}
+
+
 def summary(cfg, fig6: Mapping[str, FitResult], fig7: Mapping[str, FitResult]) -> dict[str, Any]:
     """Payloads of the chapter's claims: Fig. 5 artefacts, Fig. 6 final PSNRs, Fig. 7 steps to the target."""
     target = cameraman(cfg.side).numpy()
@@ -84,21 +105,13 @@ def summary(cfg, fig6: Mapping[str, FitResult], fig7: Mapping[str, FitResult]) -
         frame = fig6[f"{cfg.fig5_activation}/{encoder}"].snapshots[cfg.fig5_step]
         frames[encoder] = {"axis_energy_error": axis_energy(frame - target), "axis_energy_frame": axis_energy(frame)}
     frames["target"] = {"axis_energy_frame": axis_energy(target)}
-
-    def rows(fits: Mapping[str, FitResult], compare: int) -> dict[str, Any]:
-        return {key: {"final_psnr": float(fit.psnr[-1]), "best_psnr": float(np.nanmax(fit.psnr)),
-                      "best_mse": float(np.nanmin(fit.mse)), "first_below_target": fit.first_step_below(cfg.mse_target),
-                      "psnr_at_compare": float(fit.psnr[min(compare, len(fit.psnr) - 1)]),
-                      "diverged_at": fit.diverged_at, "steps": len(fit.mse), "seconds": fit.seconds}
-                for key, fit in fits.items()}
-
     return {
         "fig5": {"side": cfg.side, "step": cfg.fig5_step, "activation": cfg.fig5_activation, "frames": frames},
         "fig6": {"side": cfg.side, "levels": default_levels(cfg.side), "activations": cfg.activations,
-                 "rows": rows(fig6, cfg.steps["fig6"] - 1)},
+                 "rows": rows(cfg, fig6, cfg.steps["fig6"] - 1)},
         "fig7": {"side": cfg.side, "activations": cfg.activations, "mse_target": cfg.mse_target,
                  "compare_step": min(cfg.fig7_compare_step, cfg.steps["fig7"] - 1),
-                 "rows": rows(fig7, cfg.fig7_compare_step)},
+                 "rows": rows(cfg, fig7, cfg.fig7_compare_step)},
     }
 
 
@@ -138,7 +151,7 @@ def plot_fig5(arrays: Mapping[str, np.ndarray], step: int, title: str):
 
 
 def plot_psnr(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, scale: str,
-              side: int, cached_side: int | None, mse_target: float):
+              side: int, cached_side: int | None, mse_target: float, cached_title: str | None = None):
     """Figs. 6 and 7: PSNR per step, dotted for the NeRF-type encoder, solid for the rotated one."""
 
     def line_style(key: str) -> dict[str, Any]:
@@ -147,7 +160,7 @@ def plot_psnr(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] |
                     label=f"{ACTIVATION_LABELS[name]}, {'NeRF' if encoder == 'nerf' else 'rotated'}")
 
     return plot_psnr_panels(live, cached, scale=scale, side=side, cached_side=cached_side,
-                            mse_target=mse_target, line_style=line_style)
+                            mse_target=mse_target, line_style=line_style, cached_title=cached_title)
 
 
 def _missing(status: str) -> str:

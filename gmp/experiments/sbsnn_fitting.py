@@ -25,10 +25,10 @@ CONFIG = scaled(
     common=dict(activations=FIG4_ACTIVATIONS, hidden_features=192, hidden_layers=5, lr=2e-4,
                 plateau={"factor": 0.5, "patience": 40},
                 siren={"hidden_features": 256, "hidden_layers": 3, "lr": 1e-4}, mse_target=1e-5,
-                compare_step=500, lr_sweep=[1e-3, 3e-3]),
+                compare_step=500, lr_sweep=[1e-3, 3e-3], compile=False),
     smoke=dict(side=32, steps=8, siren_steps=8),
     small=dict(side=64, steps=100, siren_steps=100),
-    paper=dict(side=256, steps=3000, siren_steps=10_000),
+    paper=dict(side=256, steps=3000, siren_steps=10_000, compile=True),
 )
 
 PAPER = {
@@ -41,13 +41,19 @@ PAPER = {
 
 
 def specs(cfg) -> dict[str, dict[str, Any]]:
-    """The networks of Fig. 4 as :func:`gmp.implicit.fit_spec` specs, SIREN last."""
+    """The networks of Fig. 4 as :func:`gmp.implicit.fit_spec` specs, SIREN last.
+
+    SIREN runs at least as many steps as the others (so the figure compares equal
+    horizons) and then on, up to ``siren_steps``, only until its MSE reaches the target.
+    """
     out = {name: {"model": "sbsnn", "activation": name, "first_layer": "siren",
                   "hidden_features": cfg.hidden_features, "hidden_layers": cfg.hidden_layers,
-                  "steps": cfg.steps, "lr": cfg.lr, "plateau": dict(cfg.plateau)} for name in cfg.activations}
+                  "steps": cfg.steps, "lr": cfg.lr, "plateau": dict(cfg.plateau), "compile": cfg.compile}
+           for name in cfg.activations}
     out["siren"] = {"model": "siren", "hidden_features": cfg.siren["hidden_features"],
                     "hidden_layers": cfg.siren["hidden_layers"], "steps": cfg.siren_steps,
-                    "lr": cfg.siren["lr"], "plateau": None}
+                    "lr": cfg.siren["lr"], "plateau": None, "stop_below": cfg.mse_target,
+                    "min_steps": cfg.steps, "compile": cfg.compile}
     return out
 
 
@@ -62,10 +68,21 @@ def run(cfg, store, seed: int, device, sweep: bool = False) -> dict[str, FitResu
     coords, pixels = image_fitting_data(cfg.side)
     out = {}
     for name, spec in (sweep_specs(cfg) if sweep else specs(cfg)).items():
-        data = store.memo(f"{name}-{seed}", lambda spec=spec, name=name: fit_spec(
-            spec, coords, pixels, seed=seed, device=device, desc=name).to_json())
+        key = f"{name}-{seed}"
+        data = store.memo(key, lambda spec=spec, key=key, name=name: fit_spec(
+            spec, coords, pixels, seed=seed, device=device, desc=name, checkpoint=store.scratch(key)).to_json())
         out[name] = FitResult.from_json(data)
     return out
+
+
+def journalled(cfg, units: Mapping[str, Any], seed: int, sweep: bool = False) -> dict[str, FitResult]:
+    """The fits of :func:`run` that an unfinished run at ``cfg``'s scale has journalled so far.
+
+    ``units`` is :attr:`gmp.results.Cached.units`; a chapter shows these as a partial
+    paper-scale result until the whole run is cached.
+    """
+    names = sweep_specs(cfg) if sweep else specs(cfg)
+    return {name: FitResult.from_json(units[f"{name}-{seed}"]) for name in names if f"{name}-{seed}" in units}
 
 
 def summary(cfg, fits: Mapping[str, FitResult]) -> dict[str, Any]:
@@ -91,7 +108,7 @@ def _label(name: str) -> str:
 
 
 def plot_fig4(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, mse_target: float,
-              scale: str, side: int, cached_side: int | None):
+              scale: str, side: int, cached_side: int | None, cached_title: str | None = None):
     """Fig. 4: PSNR per step of every network, for this build and (when cached) paper scale."""
 
     def line_style(key: str) -> dict[str, Any]:
@@ -99,7 +116,7 @@ def plot_fig4(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] |
         return dict(color=PAPER_COLOURS[name], label=_label(name))
 
     return plot_psnr_panels(live, cached, scale=scale, side=side, cached_side=cached_side,
-                            mse_target=mse_target, line_style=line_style)
+                            mse_target=mse_target, line_style=line_style, cached_title=cached_title)
 
 
 def plot_lr_sweep(fits: Mapping[str, FitResult], sweep: Mapping[str, FitResult], base_lr: float,
