@@ -139,8 +139,9 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
 
     ``stop_below`` ends the fit at the first step whose training MSE is at most that value,
     once the curves hold at least ``min_steps`` entries; the curves then end at that step.
-    ``compile`` runs the model through ``torch.compile`` (about 2x faster on CPU at 256 x 256;
-    if compilation fails, a warning is issued and the fit runs eagerly).
+    ``compile`` runs the model through ``torch.compile`` (on two CPU cores at 256 x 256 we
+    measured 0.67 s per step against 1.40 s eagerly for the SBSNN MLP, 0.80 against 1.27 s
+    for SIREN); if compilation fails, a warning is issued and the fit runs eagerly.
 
     ``checkpoint`` is a file that makes a long fit resumable: every ``checkpoint_every``
     steps, and at the end, the model, optimiser, schedule and curves so far are written to
