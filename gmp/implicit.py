@@ -83,6 +83,10 @@ def default_levels(side: int) -> int:
     return int(math.floor(math.log2(side / 4)))
 
 
+PSNR_LEVELS = (25.0, 30.0, 35.0, 40.0, 50.0)
+"""The PSNR levels (dB) of :meth:`FitResult.steps_to_psnr` and :func:`psnr_steps_table`."""
+
+
 @dataclasses.dataclass
 class FitResult:
     """Per-step curves of one fit; entry ``i`` is measured after ``i`` Adam updates.
@@ -102,6 +106,14 @@ class FitResult:
         """The first step whose training MSE is at most ``mse`` (None if never)."""
         hits = np.flatnonzero(self.mse <= mse)
         return int(hits[0]) if hits.size else None
+
+    def steps_to_psnr(self, levels: Iterable[float] = PSNR_LEVELS) -> dict[str, int | None]:
+        """Per PSNR level (dB, keyed like ``"30"``), the first step whose PSNR reaches it (None if never)."""
+        out = {}
+        for level in levels:
+            hits = np.flatnonzero(self.psnr >= level)
+            out[f"{level:g}"] = int(hits[0]) if hits.size else None
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable form (NaN as None) for ``Store.memo``; :meth:`from_json` inverts it."""
@@ -257,6 +269,29 @@ def fit_spec(spec: Mapping[str, Any], coords: Tensor, pixels: Tensor, *, seed: i
                      stop_below=spec.get("stop_below"), min_steps=spec.get("min_steps", 0),
                      compile=spec.get("compile", False), snapshot_steps=snapshot_steps, device=device, desc=desc,
                      checkpoint=checkpoint)
+
+
+def psnr_steps_table(live: Mapping[str, Mapping[str, int | None]],
+                     paper: Mapping[str, Mapping[str, int | None]] | None, labels: Mapping[str, str]):
+    """Steps to each PSNR level per network: ``"this build / paper scale"`` in each cell.
+
+    ``live`` and ``paper`` map a network to :meth:`FitResult.steps_to_psnr`; a network
+    missing from ``paper`` (or no ``paper`` at all) shows "not run" there, and a level that
+    a run never reached shows "never". ``labels`` names the networks.
+    """
+    import pandas as pd
+
+    def shown(step: int | None) -> str:
+        return "never" if step is None else str(step)
+
+    rows = []
+    for name, steps in live.items():
+        other = paper.get(name) if paper else None
+        row = {"network": labels[name]}
+        for level, step in steps.items():
+            row[f"{level} dB"] = f"{shown(step)} / {shown(other[level]) if other else 'not run'}"
+        rows.append(row)
+    return pd.DataFrame(rows).style.hide(axis="index")
 
 
 def plot_psnr_panels(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, *,

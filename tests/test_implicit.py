@@ -8,7 +8,7 @@ import torch
 from skimage.metrics import peak_signal_noise_ratio
 
 from gmp.data.images import cameraman, coordinate_grid, image_fitting_data
-from gmp.implicit import FitResult, build_model, default_levels, fit_image, mse_to_psnr, psnr
+from gmp.implicit import FitResult, build_model, default_levels, fit_image, mse_to_psnr, psnr, psnr_steps_table
 from gmp.models.implicit import ImplicitMLP, SineLayer, Siren
 
 
@@ -178,3 +178,13 @@ def test_compile_matches_eager_and_falls_back_when_compilation_fails(monkeypatch
     with pytest.warns(UserWarning, match="no C\\+\\+ compiler"):
         fallback = _tiny_fit(steps=4, compile=True)
     assert np.array_equal(fallback.mse, eager.mse)
+
+
+def test_steps_to_psnr_levels_and_their_table():
+    psnr_curve = np.array([10.0, 26.0, 31.0, 29.0, 36.0])
+    fit = FitResult(4 / 10 ** (psnr_curve / 10), psnr_curve, np.full(5, 1e-3), {}, None, 0.0)
+    steps = fit.steps_to_psnr()
+    assert steps == {"25": 1, "30": 2, "35": 4, "40": None, "50": None}
+    html = psnr_steps_table({"a": steps, "b": steps}, {"a": fit.steps_to_psnr([25, 30, 35, 40, 50])},
+                            {"a": "net A", "b": "net B"}).to_html()
+    assert "2 / 2" in html and "never / never" in html and "2 / not run" in html and "net B" in html

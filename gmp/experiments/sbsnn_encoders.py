@@ -12,7 +12,7 @@ import numpy as np
 from gmp.activations import ACTIVATION_LABELS, ACTIVATION_TEXT, PAPER_COLOURS
 from gmp.config import scaled
 from gmp.data.images import cameraman, image_fitting_data
-from gmp.implicit import FitResult, default_levels, fit_spec, plot_psnr_panels
+from gmp.implicit import FitResult, default_levels, fit_spec, plot_psnr_panels, psnr_steps_table
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
 
 FIG6_ACTIVATIONS = ["sin", "triangle", "abs_sin", "gpn_tanh", "gpn_gelu", "gpn_elu", "gpn_relu"]
@@ -93,7 +93,8 @@ def rows(cfg, fits: Mapping[str, FitResult], compare: int) -> dict[str, Any]:
     return {key: {"final_psnr": float(fit.psnr[-1]), "best_psnr": float(np.nanmax(fit.psnr)),
                   "best_mse": float(np.nanmin(fit.mse)), "first_below_target": fit.first_step_below(cfg.mse_target),
                   "psnr_at_compare": float(fit.psnr[min(compare, len(fit.psnr) - 1)]),
-                  "diverged_at": fit.diverged_at, "steps": len(fit.mse), "seconds": fit.seconds}
+                  "steps_to_psnr": fit.steps_to_psnr(), "diverged_at": fit.diverged_at, "steps": len(fit.mse),
+                  "seconds": fit.seconds}
             for key, fit in fits.items()}
 
 
@@ -202,6 +203,16 @@ def fig7_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status
                          "ours (this build)": reached(live["rows"][key]),
                          "ours (paper scale)": reached(cached["rows"].get(key) if cached else None)})
     return pd.DataFrame(rows).style.hide(axis="index")
+
+
+def fig7_steps_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
+    """Steps to 25, 30, 35, 40 and 50 dB per network of Fig. 7, this build and paper scale."""
+
+    def steps(payload: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: row["steps_to_psnr"] for key, row in payload["rows"].items()}
+
+    labels = {key: f"{ACTIVATION_TEXT[key.split('/')[0]]}, {key.split('/')[1]}" for key in live["rows"]}
+    return psnr_steps_table(steps(live), steps(cached) if cached else None, labels)
 
 
 def _fig5_check(payload: Mapping[str, Any]) -> tuple[str, str]:

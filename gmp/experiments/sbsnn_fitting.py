@@ -12,7 +12,7 @@ import numpy as np
 from gmp.activations import ACTIVATION_LABELS, PAPER_COLOURS
 from gmp.config import scaled
 from gmp.data.images import image_fitting_data
-from gmp.implicit import FitResult, fit_spec, mse_to_psnr, plot_psnr_panels
+from gmp.implicit import FitResult, fit_spec, mse_to_psnr, plot_psnr_panels, psnr_steps_table
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
 
 FIG4_ACTIVATIONS = ["sin", "triangle", "gpn_tanh", "gpn_relu", "gpn_elu", "abs_sin"]
@@ -93,7 +93,7 @@ def summary(cfg, fits: Mapping[str, FitResult]) -> dict[str, Any]:
         rows[name] = {"steps": len(fit.mse), "first_below_target": fit.first_step_below(cfg.mse_target),
                       "final_psnr": float(fit.psnr[-1]), "best_psnr": float(np.nanmax(fit.psnr)),
                       "best_mse": float(np.nanmin(fit.mse)), "psnr_at_compare": float(fit.psnr[at]),
-                      "diverged_at": fit.diverged_at, "seconds": fit.seconds}
+                      "steps_to_psnr": fit.steps_to_psnr(), "diverged_at": fit.diverged_at, "seconds": fit.seconds}
     return {"side": cfg.side, "mse_target": cfg.mse_target, "compare_step": min(cfg.compare_step, cfg.steps - 1),
             "rows": rows}
 
@@ -105,6 +105,17 @@ def curves(fits: Mapping[str, FitResult]) -> dict[str, np.ndarray]:
 
 def _label(name: str) -> str:
     return "SIREN" if name == "siren" else ACTIVATION_LABELS[name] + " + SIREN layer"
+
+
+def steps_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
+    """Steps to 25, 30, 35, 40 and 50 dB per network, this build and paper scale."""
+    from gmp.activations import ACTIVATION_TEXT
+
+    def steps(payload: Mapping[str, Any]) -> dict[str, Any]:
+        return {name: row["steps_to_psnr"] for name, row in payload["rows"].items()}
+
+    labels = {name: "SIREN" if name == "siren" else ACTIVATION_TEXT[name] for name in live["rows"]}
+    return psnr_steps_table(steps(live), steps(cached) if cached else None, labels)
 
 
 def plot_fig4(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, mse_target: float,
