@@ -32,6 +32,11 @@ import numpy as np
 
 from gmp import config as _config
 
+try:
+    import fcntl
+except ImportError:  # Windows: workers sharing a journal may compute a unit twice
+    fcntl = None
+
 REPRODUCED = "reproduced"
 PARTLY = "partly"
 NOT_REPRODUCED = "not reproduced"
@@ -217,18 +222,31 @@ class Store:
         return self._journal_path.with_suffix("") / f"{safe}.pt"
 
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
-        """Return the journalled value of ``key``, or compute, journal and return it."""
-        if key not in self._journal and self._journal_path is not None:
-            for entry in journal_entries(self._journal_path):  # another worker may have finished it
-                self._journal[entry["key"]] = entry["value"]
+        """Return the journalled value of ``key``, or compute, journal and return it.
+
+        Under ``gmp.runs`` several workers may share the journal: a unit that another worker
+        is computing is waited for (a lock file beside its scratch file, on POSIX systems)
+        and then read from the journal, not computed twice.
+        """
         if key in self._journal:
             return self._journal[key]
-        started = time.perf_counter()
-        value = compute()
-        line = json.dumps({"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3)})
-        self._journal[key] = json.loads(line)["value"]
-        if self._journal_path is not None:
-            self._journal_path.parent.mkdir(parents=True, exist_ok=True)
+        if self._journal_path is None:
+            value = compute()
+            self._journal[key] = json.loads(json.dumps(value))
+            return value
+        lock = self.scratch(key).with_suffix(".lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock, "a") as held:
+            if fcntl is not None:
+                fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+            for entry in journal_entries(self._journal_path):  # another worker may have finished it
+                self._journal[entry["key"]] = entry["value"]
+            if key in self._journal:
+                return self._journal[key]
+            started = time.perf_counter()
+            value = compute()
+            line = json.dumps({"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3)})
+            self._journal[key] = json.loads(line)["value"]
             with open(self._journal_path, "a+b") as handle:
                 if handle.seek(0, os.SEEK_END):
                     handle.seek(-1, os.SEEK_END)
@@ -238,6 +256,7 @@ class Store:
                 handle.flush()
                 os.fsync(handle.fileno())
             self.scratch(key).unlink(missing_ok=True)
+        lock.unlink(missing_ok=True)
         return value
 
     def cached(self, name: str, scale: str = "paper") -> Cached:

@@ -106,7 +106,8 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
         "python_version": platform.python_version(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "wall_time_s": round(time.time() - started, 1), "config": cfg.as_dict(), "config_digest": cfg.digest,
-        "resumed_units": len(resumed), "resumed_seconds": round(sum(e.get("seconds", 0.0) for e in resumed), 1),
+        "resumed_units": len({e["key"] for e in resumed}),
+        "resumed_seconds": round(sum(e.get("seconds", 0.0) for e in resumed), 1),
         "command": f"python -m gmp.runs {chapter} --scale {scale} --device {device} --seed {seed}",
     }
     _results.atomic_write_json(staging / "provenance.json", provenance)

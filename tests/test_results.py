@@ -1,5 +1,7 @@
 import json
 import sys
+import threading
+import time
 import types
 
 import numpy as np
@@ -157,3 +159,26 @@ def test_glue_stores_numpy_and_torch_scalars_as_python_numbers(monkeypatch):
     results.glue("c", [1.0, 2.0])
     assert glued == {"a": 9.5, "b": 3, "c": [1.0, 2.0]}
     assert type(glued["a"]) is float and type(glued["b"]) is int
+
+
+def test_a_unit_another_worker_is_computing_is_waited_for_not_computed_twice(chapter, tmp_path, monkeypatch):
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    cfg = config.load("fake_chapter", "paper")
+    started, calls, got = threading.Event(), [], {}
+
+    def slow():
+        started.set()
+        time.sleep(0.5)
+        calls.append("first")
+        return "first"
+
+    def second():
+        calls.append("second")
+        return "second"
+
+    worker = threading.Thread(target=lambda: got.setdefault("first", results.Store("fake_chapter", cfg).memo("u", slow)))
+    worker.start()
+    started.wait()
+    got["second"] = results.Store("fake_chapter", cfg).memo("u", second)
+    worker.join()
+    assert calls == ["first"] and got == {"first": "first", "second": "first"}
