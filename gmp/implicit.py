@@ -320,6 +320,10 @@ def plot_psnr_panels(live: Mapping[str, np.ndarray], cached: Mapping[str, np.nda
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("PSNR (dB)")
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    labelled = {}  # every curve of either panel, once (a partial paper panel lacks some)
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            labelled.setdefault(label, handle)
+    axes[0][-1].legend(labelled.values(), labelled.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     return fig
