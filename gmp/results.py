@@ -113,7 +113,7 @@ class Cached:
     arrays: dict[str, np.ndarray] | None = None
     provenance: dict[str, Any] | None = None
     units: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """When absent: the units (key to value) that an unfinished run with the current config journalled."""
+    """The units (key to value) that an unfinished run with the current config has journalled (if absent)."""
 
     @property
     def journalled(self) -> int:
