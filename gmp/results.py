@@ -191,8 +191,7 @@ class Store:
         self._journal_path: Path | None = None
         if self.staging is not None:
             self._journal_path = self.staging.parent / "_partial" / f"{cfg.scale}-{cfg.digest}.jsonl"
-            for entry in journal_entries(self._journal_path):
-                self._journal[entry["key"]] = entry["value"]
+            self._journal = journal_units(self._journal_path)
 
     def save(self, name: str, payload: Mapping[str, Any],
              arrays: Mapping[str, np.ndarray] | None = None) -> Path | None:
@@ -239,24 +238,25 @@ class Store:
         with open(lock, "a") as held:
             if fcntl is not None:
                 fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
-            for entry in journal_entries(self._journal_path):  # another worker may have finished it
-                self._journal[entry["key"]] = entry["value"]
-            if key in self._journal:
-                return self._journal[key]
-            started = time.perf_counter()
-            value = compute()
-            line = json.dumps({"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3)})
-            self._journal[key] = json.loads(line)["value"]
-            with open(self._journal_path, "a+b") as handle:
-                if handle.seek(0, os.SEEK_END):
-                    handle.seek(-1, os.SEEK_END)
-                    if handle.read(1) != b"\n":
-                        line = "\n" + line  # end a line an interrupted write cut short, so it stays skipped alone
-                handle.write((line + "\n").encode())
-                handle.flush()
-                os.fsync(handle.fileno())
-            self.scratch(key).unlink(missing_ok=True)
+            self._journal.update(journal_units(self._journal_path))  # another worker may have finished it
+            value = self._journal[key] if key in self._journal else self._compute_and_journal(key, compute)
         lock.unlink(missing_ok=True)
+        return value
+
+    def _compute_and_journal(self, key: str, compute: Callable[[], Any]) -> Any:
+        started = time.perf_counter()
+        value = compute()
+        line = json.dumps({"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3)})
+        self._journal[key] = json.loads(line)["value"]
+        with open(self._journal_path, "a+b") as handle:
+            if handle.seek(0, os.SEEK_END):
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    line = "\n" + line  # end a line an interrupted write cut short, so it stays skipped alone
+            handle.write((line + "\n").encode())
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.scratch(key).unlink(missing_ok=True)
         return value
 
     def cached(self, name: str, scale: str = "paper") -> Cached:
@@ -298,9 +298,14 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
+def journal_units(path: Path) -> dict[str, Any]:
+    """The values of a journal's units by key (a unit journalled twice keeps its last entry)."""
+    return {entry["key"]: entry["value"] for entry in journal_entries(path)}
+
+
 def _journalled(chapter: str, scale: str) -> dict[str, Any]:
     path = journal_path(chapter, scale, _config.load(chapter, scale).digest)
-    return {entry["key"]: entry["value"] for entry in journal_entries(path)} if path else {}
+    return journal_units(path) if path else {}
 
 
 @dataclasses.dataclass(frozen=True)
