@@ -271,13 +271,14 @@ def fit_spec(spec: Mapping[str, Any], coords: Tensor, pixels: Tensor, *, seed: i
                      checkpoint=checkpoint)
 
 
-def psnr_steps_table(live: Mapping[str, Mapping[str, int | None]],
-                     paper: Mapping[str, Mapping[str, int | None]] | None, labels: Mapping[str, str]):
+def psnr_steps_table(live: Mapping[str, Mapping[str, Any]], paper: Mapping[str, Mapping[str, Any]] | None,
+                     labels: Mapping[str, str]):
     """Steps to each PSNR level per network: ``"this build / paper scale"`` in each cell.
 
-    ``live`` and ``paper`` map a network to :meth:`FitResult.steps_to_psnr`; a network
-    missing from ``paper`` (or no ``paper`` at all) shows "not run" there, and a level that
-    a run never reached shows "never". ``labels`` names the networks.
+    ``live`` and ``paper`` map a network to its payload row, whose ``"steps_to_psnr"`` is
+    :meth:`FitResult.steps_to_psnr`; a network missing from ``paper`` (or no ``paper`` at
+    all) shows "not run" there, and a level that a run never reached shows "never".
+    ``labels`` names the networks.
     """
     import pandas as pd
 
@@ -285,13 +286,19 @@ def psnr_steps_table(live: Mapping[str, Mapping[str, int | None]],
         return "never" if step is None else str(step)
 
     rows = []
-    for name, steps in live.items():
+    for name, row in live.items():
         other = paper.get(name) if paper else None
-        row = {"network": labels[name]}
-        for level, step in steps.items():
-            row[f"{level} dB"] = f"{shown(step)} / {shown(other[level]) if other else 'not run'}"
-        rows.append(row)
+        table_row = {"network": labels[name]}
+        for level, step in row["steps_to_psnr"].items():
+            theirs = shown(other["steps_to_psnr"][level]) if other else "not run"
+            table_row[f"{level} dB"] = f"{shown(step)} / {theirs}"
+        rows.append(table_row)
     return pd.DataFrame(rows).style.hide(axis="index")
+
+
+def unfinished_title(done: int, total: int, side: int) -> str:
+    """The title of a PSNR panel that shows the networks an unfinished paper-scale run has journalled."""
+    return f"paper scale, unfinished run: {done} of {total} networks so far ({side}×{side})"
 
 
 def plot_psnr_panels(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, *,

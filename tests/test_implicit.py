@@ -185,6 +185,7 @@ def test_steps_to_psnr_levels_and_their_table():
     fit = FitResult(4 / 10 ** (psnr_curve / 10), psnr_curve, np.full(5, 1e-3), {}, None, 0.0)
     steps = fit.steps_to_psnr()
     assert steps == {"25": 1, "30": 2, "35": 4, "40": None, "50": None}
-    html = psnr_steps_table({"a": steps, "b": steps}, {"a": fit.steps_to_psnr([25, 30, 35, 40, 50])},
+    rows = {"a": {"steps_to_psnr": steps}, "b": {"steps_to_psnr": steps}}
+    html = psnr_steps_table(rows, {"a": {"steps_to_psnr": fit.steps_to_psnr([25, 30, 35, 40, 50])}},
                             {"a": "net A", "b": "net B"}).to_html()
     assert "2 / 2" in html and "never / never" in html and "2 / not run" in html and "net B" in html

@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 
 from gmp.activations import ACTIVATION_LABELS, ACTIVATION_TEXT, PAPER_COLOURS
+from gmp.config import load as load_config
 from gmp.config import scaled
 from gmp.data.images import cameraman, image_fitting_data
-from gmp.implicit import FitResult, default_levels, fit_spec, plot_psnr_panels, psnr_steps_table
+from gmp.implicit import FitResult, default_levels, fit_spec, plot_psnr_panels, psnr_steps_table, unfinished_title
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
 
 FIG6_ACTIVATIONS = ["sin", "triangle", "abs_sin", "gpn_tanh", "gpn_gelu", "gpn_elu", "gpn_relu"]
@@ -88,6 +89,26 @@ def journalled(cfg, units: Mapping[str, Any], seed: int, figure: str) -> dict[st
             if f"{figure}-{key}-{seed}" in units}
 
 
+def compare_step(cfg, figure: str) -> int:
+    """The step at which Fig. 6 (its last) or Fig. 7 (``fig7_compare_step``) compares PSNRs."""
+    return cfg.steps["fig6"] - 1 if figure == "fig6" else cfg.fig7_compare_step
+
+
+def unfinished(units: Mapping[str, Any], seed: int, figure: str
+               ) -> tuple[dict[str, Any], dict[str, np.ndarray], str] | None:
+    """What an unfinished paper-scale run has journalled of ``figure``, as the chapter shows it.
+
+    The payload (side and :func:`rows`), the PSNR curves and the panel title of the networks
+    in ``units`` (:attr:`gmp.results.Cached.units`), or None when it holds none of them.
+    """
+    cfg = load_config("sbsnn_encoders", "paper")
+    fits = journalled(cfg, units, seed, figure)
+    if not fits:
+        return None
+    payload = {"side": cfg.side, "rows": rows(cfg, fits, compare_step(cfg, figure))}
+    return payload, curves(fits), unfinished_title(len(fits), len(specs(cfg, figure)), cfg.side)
+
+
 def rows(cfg, fits: Mapping[str, FitResult], compare: int) -> dict[str, Any]:
     """Per network of Fig. 6 or 7: final and best PSNR, best MSE, first step below the target, PSNR at ``compare``."""
     return {key: {"final_psnr": float(fit.psnr[-1]), "best_psnr": float(np.nanmax(fit.psnr)),
@@ -109,10 +130,10 @@ def summary(cfg, fig6: Mapping[str, FitResult], fig7: Mapping[str, FitResult]) -
     return {
         "fig5": {"side": cfg.side, "step": cfg.fig5_step, "activation": cfg.fig5_activation, "frames": frames},
         "fig6": {"side": cfg.side, "levels": default_levels(cfg.side), "activations": cfg.activations,
-                 "rows": rows(cfg, fig6, cfg.steps["fig6"] - 1)},
+                 "rows": rows(cfg, fig6, compare_step(cfg, "fig6"))},
         "fig7": {"side": cfg.side, "activations": cfg.activations, "mse_target": cfg.mse_target,
                  "compare_step": min(cfg.fig7_compare_step, cfg.steps["fig7"] - 1),
-                 "rows": rows(cfg, fig7, cfg.fig7_compare_step)},
+                 "rows": rows(cfg, fig7, compare_step(cfg, "fig7"))},
     }
 
 
@@ -207,12 +228,8 @@ def fig7_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status
 
 def fig7_steps_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
     """Steps to 25, 30, 35, 40 and 50 dB per network of Fig. 7, this build and paper scale."""
-
-    def steps(payload: Mapping[str, Any]) -> dict[str, Any]:
-        return {key: row["steps_to_psnr"] for key, row in payload["rows"].items()}
-
     labels = {key: f"{ACTIVATION_TEXT[key.split('/')[0]]}, {key.split('/')[1]}" for key in live["rows"]}
-    return psnr_steps_table(steps(live), steps(cached) if cached else None, labels)
+    return psnr_steps_table(live["rows"], cached["rows"] if cached else None, labels)
 
 
 def _fig5_check(payload: Mapping[str, Any]) -> tuple[str, str]:

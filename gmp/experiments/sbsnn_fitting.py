@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 
 from gmp.activations import ACTIVATION_LABELS, PAPER_COLOURS
+from gmp.config import load as load_config
 from gmp.config import scaled
 from gmp.data.images import image_fitting_data
-from gmp.implicit import FitResult, fit_spec, mse_to_psnr, plot_psnr_panels, psnr_steps_table
+from gmp.implicit import FitResult, fit_spec, mse_to_psnr, plot_psnr_panels, psnr_steps_table, unfinished_title
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
 
 FIG4_ACTIVATIONS = ["sin", "triangle", "gpn_tanh", "gpn_relu", "gpn_elu", "abs_sin"]
@@ -85,6 +86,19 @@ def journalled(cfg, units: Mapping[str, Any], seed: int, sweep: bool = False) ->
     return {name: FitResult.from_json(units[f"{name}-{seed}"]) for name in names if f"{name}-{seed}" in units}
 
 
+def unfinished(units: Mapping[str, Any], seed: int) -> tuple[dict[str, Any], dict[str, np.ndarray], str] | None:
+    """What an unfinished paper-scale run has journalled of Fig. 4, as the chapter shows it.
+
+    The :func:`summary` payload, the PSNR curves and the panel title of the networks in
+    ``units`` (:attr:`gmp.results.Cached.units`), or None when it holds none of them.
+    """
+    cfg = load_config("sbsnn_fitting", "paper")
+    fits = journalled(cfg, units, seed)
+    if not fits:
+        return None
+    return summary(cfg, fits), curves(fits), unfinished_title(len(fits), len(specs(cfg)), cfg.side)
+
+
 def summary(cfg, fits: Mapping[str, FitResult]) -> dict[str, Any]:
     """The payload of the chapter's claims: per network, when it reached the MSE target and its PSNRs."""
     rows = {}
@@ -111,11 +125,8 @@ def steps_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
     """Steps to 25, 30, 35, 40 and 50 dB per network, this build and paper scale."""
     from gmp.activations import ACTIVATION_TEXT
 
-    def steps(payload: Mapping[str, Any]) -> dict[str, Any]:
-        return {name: row["steps_to_psnr"] for name, row in payload["rows"].items()}
-
     labels = {name: "SIREN" if name == "siren" else ACTIVATION_TEXT[name] for name in live["rows"]}
-    return psnr_steps_table(steps(live), steps(cached) if cached else None, labels)
+    return psnr_steps_table(live["rows"], cached["rows"] if cached else None, labels)
 
 
 def plot_fig4(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, mse_target: float,
