@@ -1,6 +1,6 @@
 """Run a chapter with papermill and cache its results with provenance.
 
-    python -m gmp.runs CHAPTER --scale paper [--device cuda] [--seed 0]
+    python -m gmp.runs CHAPTER --scale paper [--device cuda] [--seed 0] [--jobs 2]
 
 The chapter's paired notebook ``book/<part>/CHAPTER.ipynb`` is executed with its
 ``parameters`` cell overridden. Everything the chapter saves with
@@ -8,12 +8,17 @@ The chapter's paired notebook ``book/<part>/CHAPTER.ipynb`` is executed with its
 executed notebook and ``provenance.json`` join it and the folder replaces
 ``book/_results/CHAPTER/<scale>/``. A failed or interrupted run leaves the previous cache
 untouched, and the journal of finished units (``Store.memo``) lets the next run resume.
+
+With ``--jobs N`` (chapters whose experiment module has a ``units`` function: the Part III
+image-fitting chapters), N worker processes first journal the chapter's independent units,
+each with its share of the CPU threads, and the notebook then runs from the journal.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import os
 import platform
 import shutil
@@ -57,15 +62,71 @@ def describe_device(device: torch.device) -> str:
     return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 
 
+def _units_of(chapter: str):
+    """The ``units`` function of the chapter's experiment module (see :func:`prefill`)."""
+    units = getattr(importlib.import_module(f"gmp.experiments.{chapter}"), "units", None)
+    if units is None:
+        raise ValueError(f"{chapter} does not split into independent units for --jobs workers; "
+                         f"run it without --jobs (the Part III fitting chapters do split)")
+    return units
+
+
+def prefill(chapter: str, scale: str, jobs: int, device: str = "auto", seed: int = 0) -> None:
+    """Journal the chapter's independent units with ``jobs`` worker processes.
+
+    The experiment module's ``units(cfg, store, seed, device)`` gives each unit's journal key
+    and computation. Worker ``i`` takes every ``jobs``-th unit from the ``i``-th, then the
+    others' units from the last backwards; ``Store.memo`` skips a unit another worker has
+    journalled and waits for one it is computing. Call it with ``GMP_RESULTS_STAGING`` set,
+    as :func:`run` does.
+    """
+    _units_of(chapter)
+    if _results.STAGING_ENV not in os.environ:
+        raise ValueError(f"prefill journals units only under gmp.runs: set {_results.STAGING_ENV}")
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
+    command = [sys.executable, "-m", "gmp.runs", chapter, "--scale", scale, "--device", device, "--seed", str(seed)]
+    workers = [subprocess.Popen(command + ["--worker", f"{i}/{jobs}"], env={**os.environ, "OMP_NUM_THREADS": threads})
+               for i in range(jobs)]
+    try:
+        failed = sum(worker.wait() != 0 for worker in workers)
+    except BaseException:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.wait()
+        raise
+    if failed:
+        raise RuntimeError(f"{failed} of {jobs} workers of {chapter} failed (their errors are above); "
+                           f"the units they finished are journalled and a rerun resumes from them")
+
+
+def _work(chapter: str, scale: str, device: str, seed: int, index: int, jobs: int) -> None:
+    """Worker ``index`` of :func:`prefill`: journal its share of the units, then help with the rest."""
+    cfg = _config.load(chapter, scale)
+    store = _results.Store(chapter, cfg)
+    todo = _units_of(chapter)(cfg, store, seed, _config.resolve_device(device))
+    keys = list(todo)
+    mine = keys[index::jobs]
+    for key in mine + [k for k in reversed(keys) if k not in mine]:
+        store.memo(key, todo[key])
+
+
 def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Path | None = None,
-        kernel: str = "python3") -> Path:
-    """Execute ``chapter`` at ``scale`` and return the folder its results were cached in."""
+        kernel: str = "python3", jobs: int = 1) -> Path:
+    """Execute ``chapter`` at ``scale`` and return the folder its results were cached in.
+
+    ``jobs`` > 1 first journals the chapter's units with that many workers (:func:`prefill`).
+    """
     import papermill
 
     root = root or _results.repository_root()
     if root is None:
         raise ValueError("run gmp.runs from inside the book's repository (the folder with _toc.yml)")
+    if jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, not {jobs}")
     notebook = chapter_notebook(chapter, root)
+    if jobs > 1:
+        _units_of(chapter)
     cfg = _config.load(chapter, scale)
     resolved = _config.resolve_device(device)
     results_dir = (_results.results_root() or root / "book" / "_results") / chapter
@@ -80,6 +141,8 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
+        if jobs > 1:
+            prefill(chapter, scale, jobs, device, seed)
         papermill.execute_notebook(
             str(notebook), str(staging / notebook.name),
             parameters={"SCALE": scale, "DEVICE": device, "SEED": seed},
@@ -105,10 +168,11 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
         "commit": git_commit(root), "gmp_version": gmp.__version__, "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "wall_time_s": round(time.time() - started, 1), "config": cfg.as_dict(), "config_digest": cfg.digest,
+        "wall_time_s": round(time.time() - started, 1), "jobs": jobs, "config": cfg.as_dict(), "config_digest": cfg.digest,
         "resumed_units": len({e["key"] for e in resumed}),
         "resumed_seconds": round(sum(e.get("seconds", 0.0) for e in resumed), 1),
-        "command": f"python -m gmp.runs {chapter} --scale {scale} --device {device} --seed {seed}",
+        "command": f"python -m gmp.runs {chapter} --scale {scale} --device {device} --seed {seed}"
+                   + (f" --jobs {jobs}" if jobs > 1 else ""),
     }
     _results.atomic_write_json(staging / "provenance.json", provenance)
     final = results_dir / scale
@@ -129,9 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", default="paper", choices=_config.SCALES)
     parser.add_argument("--device", default="auto", help="'auto' (default), 'cpu' or 'cuda'")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="worker processes that journal the chapter's units first (Part III chapters)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.worker:
+        index, jobs = (int(n) for n in args.worker.split("/"))
+        _work(args.chapter, args.scale, args.device, args.seed, index, jobs)
+        return 0
     try:
-        final = run(args.chapter, args.scale, args.device, args.seed)
+        final = run(args.chapter, args.scale, args.device, args.seed, jobs=args.jobs)
     except ValueError as err:
         parser.error(str(err))
     print(f"gmp.runs: cached {args.chapter} at {args.scale} scale in {final}")

@@ -81,3 +81,27 @@ def test_a_resumed_run_reports_the_work_of_earlier_attempts(book):
     assert (provenance["resumed_units"], provenance["resumed_seconds"]) == (2, 90.5)
     assert "after resuming 2 units" in results.cached("fake_chapter", "summary", "smoke").describe()
     assert not journal.parent.exists()
+
+
+def test_jobs_need_a_chapter_that_splits_into_units(book):
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    with pytest.raises(ValueError, match="does not split into independent units"):
+        runs.run("fake_chapter", "smoke", device="cpu", root=book, jobs=2)
+    with pytest.raises(ValueError, match="--jobs must be at least 1"):
+        runs.run("fake_chapter", "smoke", device="cpu", root=book, jobs=0)
+
+
+def test_two_workers_journal_every_unit_of_a_chapter_once(tmp_path, monkeypatch):
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "sbsnn_fitting" / ".staging-test"))
+    cfg = config.load("sbsnn_fitting", "smoke")
+    from gmp.experiments import sbsnn_fitting
+
+    expected = list(sbsnn_fitting.units(cfg, results.Store("sbsnn_fitting", cfg), 0, "cpu"))
+    runs.prefill("sbsnn_fitting", "smoke", jobs=2, device="cpu", seed=0)
+    entries = results.journal_entries(results.journal_path("sbsnn_fitting", "smoke", cfg.digest))
+    assert sorted(e["key"] for e in entries) == sorted(expected)
+    assert len(expected) == len(cfg.activations) + 1 + len(cfg.lr_sweep)
+    fits = sbsnn_fitting.journalled(cfg, results.journal_units(results.journal_path("sbsnn_fitting", "smoke", cfg.digest)), 0)
+    assert len(fits) == len(cfg.activations) + 1 and all(len(fit.mse) == cfg.steps for fit in fits.values())
+    assert not list((tmp_path / "sbsnn_fitting" / "_partial").glob("*/*.lock"))

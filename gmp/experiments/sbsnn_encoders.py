@@ -4,7 +4,7 @@ and through its rotated variant."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -53,18 +53,32 @@ def specs(cfg, figure: str) -> dict[str, dict[str, Any]]:
             for name in cfg.activations for encoder in cfg.encoders}
 
 
-def run(cfg, store, seed: int, device, figure: str) -> dict[str, FitResult]:
-    """Fit every network of ``figure`` ("fig6" or "fig7"); Fig. 5's frames come from Fig. 6's runs."""
+def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every fit of Figs. 6 and 7, by journal key ``"<figure>-<activation>/<encoder>-<seed>"``.
+
+    Each value computes the fit's :meth:`FitResult.to_json` for :meth:`gmp.results.Store.memo`
+    (Fig. 5's frames come from Fig. 6's runs): :func:`run` journals them one after another,
+    ``python -m gmp.runs --jobs N`` shares them among N worker processes first.
+    """
     coords, pixels = image_fitting_data(cfg.side)
+
+    def fit(unit: str, key: str, spec: dict[str, Any], frames: list[int]) -> Callable[[], dict[str, Any]]:
+        return lambda: fit_spec(spec, coords, pixels, seed=seed, device=device, snapshot_steps=frames,
+                                desc=key, checkpoint=store.scratch(unit)).to_json()
+
     out = {}
-    for key, spec in specs(cfg, figure).items():
-        frames = [cfg.fig5_step] if figure == "fig6" and spec["activation"] == cfg.fig5_activation else []
-        unit = f"{figure}-{key}-{seed}"
-        data = store.memo(unit, lambda spec=spec, key=key, unit=unit, frames=frames: fit_spec(
-            spec, coords, pixels, seed=seed, device=device, snapshot_steps=frames, desc=key,
-            checkpoint=store.scratch(unit)).to_json())
-        out[key] = FitResult.from_json(data)
+    for figure in cfg.schedules:
+        for key, spec in specs(cfg, figure).items():
+            frames = [cfg.fig5_step] if figure == "fig6" and spec["activation"] == cfg.fig5_activation else []
+            out[f"{figure}-{key}-{seed}"] = fit(f"{figure}-{key}-{seed}", key, spec, frames)
     return out
+
+
+def run(cfg, store, seed: int, device, figure: str) -> dict[str, FitResult]:
+    """Fit every network of ``figure`` ("fig6" or "fig7"), journalled by ``store.memo``."""
+    todo = units(cfg, store, seed, device)
+    return {key: FitResult.from_json(store.memo(f"{figure}-{key}-{seed}", todo[f"{figure}-{key}-{seed}"]))
+            for key in specs(cfg, figure)}
 
 
 def axis_energy(image: np.ndarray) -> float:

@@ -4,7 +4,7 @@ layers, against SIREN."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -64,16 +64,27 @@ def sweep_specs(cfg) -> dict[str, dict[str, Any]]:
     return {f"sin_lr{lr:g}": {**base, "lr": lr} for lr in cfg.lr_sweep}
 
 
+def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every fit of the chapter (Fig. 4 and the learning-rate sweep), by journal key.
+
+    Each value computes the fit's :meth:`FitResult.to_json` for :meth:`gmp.results.Store.memo`:
+    :func:`run` journals them one after another, ``python -m gmp.runs --jobs N`` shares them
+    among N worker processes first.
+    """
+    coords, pixels = image_fitting_data(cfg.side)
+
+    def fit(name: str, spec: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+        return lambda: fit_spec(spec, coords, pixels, seed=seed, device=device, desc=name,
+                                checkpoint=store.scratch(f"{name}-{seed}")).to_json()
+
+    return {f"{name}-{seed}": fit(name, spec) for name, spec in {**specs(cfg), **sweep_specs(cfg)}.items()}
+
+
 def run(cfg, store, seed: int, device, sweep: bool = False) -> dict[str, FitResult]:
     """Fit every network of Fig. 4, or of the learning-rate sweep (journalled by ``store.memo``)."""
-    coords, pixels = image_fitting_data(cfg.side)
-    out = {}
-    for name, spec in (sweep_specs(cfg) if sweep else specs(cfg)).items():
-        key = f"{name}-{seed}"
-        data = store.memo(key, lambda spec=spec, key=key, name=name: fit_spec(
-            spec, coords, pixels, seed=seed, device=device, desc=name, checkpoint=store.scratch(key)).to_json())
-        out[name] = FitResult.from_json(data)
-    return out
+    todo = units(cfg, store, seed, device)
+    return {name: FitResult.from_json(store.memo(f"{name}-{seed}", todo[f"{name}-{seed}"]))
+            for name in (sweep_specs(cfg) if sweep else specs(cfg))}
 
 
 def journalled(cfg, units: Mapping[str, Any], seed: int, sweep: bool = False) -> dict[str, FitResult]:
