@@ -115,7 +115,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
         kernel: str = "python3", jobs: int = 1) -> Path:
     """Execute ``chapter`` at ``scale`` and return the folder its results were cached in.
 
-    ``jobs`` > 1 first journals the chapter's units with that many workers (:func:`prefill`).
+    ``jobs`` > 1 first journals the chapter's units with that many workers (:func:`gmp.runs.prefill`).
     """
     import papermill
 

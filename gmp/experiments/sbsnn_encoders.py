@@ -56,7 +56,7 @@ def specs(cfg, figure: str) -> dict[str, dict[str, Any]]:
 def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any]]]:
     """Every fit of Figs. 6 and 7, by journal key ``"<figure>-<activation>/<encoder>-<seed>"``.
 
-    Each value computes the fit's :meth:`FitResult.to_json` for :meth:`gmp.results.Store.memo`
+    Each value computes the fit's :meth:`gmp.implicit.FitResult.to_json` for :meth:`gmp.results.Store.memo`
     (Fig. 5's frames come from Fig. 6's runs): :func:`run` journals them one after another,
     ``python -m gmp.runs --jobs N`` shares them among N worker processes first.
     """

@@ -67,7 +67,7 @@ def sweep_specs(cfg) -> dict[str, dict[str, Any]]:
 def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any]]]:
     """Every fit of the chapter (Fig. 4 and the learning-rate sweep), by journal key.
 
-    Each value computes the fit's :meth:`FitResult.to_json` for :meth:`gmp.results.Store.memo`:
+    Each value computes the fit's :meth:`gmp.implicit.FitResult.to_json` for :meth:`gmp.results.Store.memo`:
     :func:`run` journals them one after another, ``python -m gmp.runs --jobs N`` shares them
     among N worker processes first.
     """
