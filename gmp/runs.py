@@ -182,8 +182,9 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     os.replace(staging, final)
     shutil.rmtree(old, ignore_errors=True)
     journal.unlink(missing_ok=True)
-    if (results_dir / "_partial").is_dir() and not any((results_dir / "_partial").iterdir()):
-        (results_dir / "_partial").rmdir()
+    for folder in (journal.with_suffix(""), results_dir / "_partial"):  # the units' scratch folder, then _partial
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
     return final
 
 

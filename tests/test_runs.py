@@ -83,6 +83,16 @@ def test_a_resumed_run_reports_the_work_of_earlier_attempts(book):
     assert not journal.parent.exists()
 
 
+def test_a_finished_run_leaves_no_partial_folder_behind(book):
+    memo = ("from gmp import config, results\n"
+            "store = results.Store('fake_chapter', config.Config('fake_chapter', SCALE, {'n': 1}))\n"
+            "store.save('summary', {'unit': store.memo('unit-0', lambda: 41) + 1})\n")
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", memo)
+    final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    assert json.loads((final / "summary.json").read_text()) == {"unit": 42}
+    assert not (final.parent / "_partial").exists()
+
+
 def test_jobs_need_a_chapter_that_splits_into_units(book):
     _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
     with pytest.raises(ValueError, match="does not split into independent units"):
