@@ -17,6 +17,7 @@ reported as stale, never as current.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import json
@@ -34,8 +35,11 @@ from gmp import config as _config
 
 try:
     import fcntl
-except ImportError:  # Windows: workers sharing a journal may compute a unit twice
+except ImportError:  # Windows: no locks, so gmp.runs refuses --jobs there
     fcntl = None
+
+#: What :meth:`Store.memo` returns with ``wait=False`` for a unit another worker is computing.
+BUSY = object()
 
 REPRODUCED = "reproduced"
 PARTLY = "partly"
@@ -220,12 +224,13 @@ class Store:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
         return self._journal_path.with_suffix("") / f"{safe}.pt"
 
-    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+    def memo(self, key: str, compute: Callable[[], Any], wait: bool = True) -> Any:
         """Return the journalled value of ``key``, or compute, journal and return it.
 
         Under ``gmp.runs`` several workers may share the journal: a unit that another worker
         is computing is waited for (a lock file beside its scratch file, on POSIX systems)
-        and then read from the journal, not computed twice.
+        and then read from the journal, not computed twice. With ``wait=False`` such a unit
+        is not waited for: ``memo`` returns :data:`gmp.results.BUSY` at once.
         """
         if key in self._journal:
             return self._journal[key]
@@ -237,10 +242,14 @@ class Store:
         lock.parent.mkdir(parents=True, exist_ok=True)
         with open(lock, "a") as held:
             if fcntl is not None:
-                fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+                try:
+                    fcntl.flock(held, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))  # released on close
+                except BlockingIOError:
+                    return BUSY
             self._journal.update(journal_units(self._journal_path))  # another worker may have finished it
             value = self._journal[key] if key in self._journal else self._compute_and_journal(key, compute)
-        lock.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # Windows: another worker may hold the file open
+            lock.unlink(missing_ok=True)
         return value
 
     def _compute_and_journal(self, key: str, compute: Callable[[], Any]) -> Any:

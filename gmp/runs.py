@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -62,12 +62,18 @@ def describe_device(device: torch.device) -> str:
     return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 
 
+class WorkersFailed(RuntimeError):
+    """Some workers of :func:`prefill` failed; the units they finished are journalled."""
+
+
 def _units_of(chapter: str):
     """The ``units`` function of the chapter's experiment module (see :func:`prefill`)."""
-    units = getattr(importlib.import_module(f"gmp.experiments.{chapter}"), "units", None)
+    units = getattr(_config.experiment(chapter), "units", None)
     if units is None:
-        raise ValueError(f"{chapter} does not split into independent units for --jobs workers; "
-                         f"run it without --jobs (the Part III fitting chapters do split)")
+        raise ValueError(f"{chapter} does not split into independent units for --jobs workers; run it "
+                         f"without --jobs (sbsnn_fitting and sbsnn_encoders split)")
+    if _results.fcntl is None:
+        raise ValueError("--jobs needs POSIX file locks (fcntl), which this system lacks; run without --jobs")
     return units
 
 
@@ -76,18 +82,27 @@ def prefill(chapter: str, scale: str, jobs: int, device: str = "auto", seed: int
 
     The experiment module's ``units(cfg, store, seed, device)`` gives each unit's journal key
     and computation. Worker ``i`` takes every ``jobs``-th unit from the ``i``-th, then the
-    others' units from the last backwards; ``Store.memo`` skips a unit another worker has
-    journalled and waits for one it is computing. Call it with ``GMP_RESULTS_STAGING`` set,
-    as :func:`run` does.
+    others' units from the last backwards, skipping those another worker is computing, and
+    at the end waits for those and takes any that are left. Each worker gets an equal share
+    of the CPU cores as its ``OMP_NUM_THREADS`` unless that is set already (then every worker
+    gets that many). Stopping the caller (Ctrl-C, or SIGTERM as from ``kill``) stops the
+    workers; each fit checkpoints itself, so a rerun resumes. Call it with
+    ``GMP_RESULTS_STAGING`` set, as :func:`run` does.
     """
     _units_of(chapter)
-    if _results.STAGING_ENV not in os.environ:
+    if jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, not {jobs}")
+    if not os.environ.get(_results.STAGING_ENV):
         raise ValueError(f"prefill journals units only under gmp.runs: set {_results.STAGING_ENV}")
-    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // jobs))
     command = [sys.executable, "-m", "gmp.runs", chapter, "--scale", scale, "--device", device, "--seed", str(seed)]
-    workers = [subprocess.Popen(command + ["--worker", f"{i}/{jobs}"], env={**os.environ, "OMP_NUM_THREADS": threads})
-               for i in range(jobs)]
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    workers = []
     try:
+        for i in range(jobs):
+            workers.append(subprocess.Popen(command + ["--worker", f"{i}/{jobs}"],
+                                            env={**os.environ, "OMP_NUM_THREADS": threads}))
         failed = sum(worker.wait() != 0 for worker in workers)
     except BaseException:
         for worker in workers:
@@ -95,8 +110,10 @@ def prefill(chapter: str, scale: str, jobs: int, device: str = "auto", seed: int
         for worker in workers:
             worker.wait()
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if failed:
-        raise RuntimeError(f"{failed} of {jobs} workers of {chapter} failed (their errors are above); "
+        raise WorkersFailed(f"{failed} of {jobs} workers of {chapter} failed (their errors are above); "
                            f"the units they finished are journalled and a rerun resumes from them")
 
 
@@ -107,7 +124,9 @@ def _work(chapter: str, scale: str, device: str, seed: int, index: int, jobs: in
     todo = _units_of(chapter)(cfg, store, seed, _config.resolve_device(device))
     keys = list(todo)
     mine = keys[index::jobs]
-    for key in mine + [k for k in reversed(keys) if k not in mine]:
+    busy = [key for key in mine + [k for k in reversed(keys) if k not in mine]
+            if store.memo(key, todo[key], wait=False) is _results.BUSY]
+    for key in busy:
         store.memo(key, todo[key])
 
 
@@ -206,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         final = run(args.chapter, args.scale, args.device, args.seed, jobs=args.jobs)
     except ValueError as err:
         parser.error(str(err))
+    except WorkersFailed as err:
+        print(f"gmp.runs: {err}", file=sys.stderr)
+        return 1
     print(f"gmp.runs: cached {args.chapter} at {args.scale} scale in {final}")
     return 0
 

@@ -117,6 +117,22 @@ def test_memo_picks_up_units_of_another_worker_and_clears_their_scratch(chapter,
     assert second.memo("fig/a-0", lambda: 2) == 1  # journalled by the other store after this one opened
 
 
+@pytest.mark.skipif(results.fcntl is None, reason="unit locks need POSIX fcntl")
+def test_memo_without_waiting_reports_a_unit_another_worker_holds(chapter, tmp_path, monkeypatch):
+    import fcntl
+
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    store = results.Store("fake_chapter", config.load("fake_chapter", "paper"))
+    lock = store.scratch("a-0").with_suffix(".lock")
+    lock.parent.mkdir(parents=True)
+    with open(lock, "a") as other:  # another worker computing the unit
+        fcntl.flock(other, fcntl.LOCK_EX)
+        assert store.memo("a-0", lambda: pytest.fail("computed a busy unit"), wait=False) is results.BUSY
+        assert lock.exists()
+    assert store.memo("a-0", lambda: 7, wait=False) == 7
+    assert not lock.exists()
+
+
 def test_memo_outside_the_runner_keeps_nothing_on_disk(chapter, tmp_path):
     store = results.Store("fake_chapter", config.load("fake_chapter", "small"))
     assert store.memo("a", lambda: [1, 2]) == [1, 2]

@@ -1,8 +1,13 @@
 """The papermill runner: results move into the cache only when a run succeeds."""
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 import types
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -99,6 +104,10 @@ def test_jobs_need_a_chapter_that_splits_into_units(book):
         runs.run("fake_chapter", "smoke", device="cpu", root=book, jobs=2)
     with pytest.raises(ValueError, match="--jobs must be at least 1"):
         runs.run("fake_chapter", "smoke", device="cpu", root=book, jobs=0)
+    with pytest.raises(ValueError, match="--jobs must be at least 1"):
+        runs.prefill("sbsnn_fitting", "smoke", jobs=0)
+    with pytest.raises(ValueError, match="only under gmp.runs"):
+        runs.prefill("sbsnn_fitting", "smoke", jobs=2)
 
 
 def test_two_workers_journal_every_unit_of_a_chapter_once(tmp_path, monkeypatch):
@@ -115,3 +124,23 @@ def test_two_workers_journal_every_unit_of_a_chapter_once(tmp_path, monkeypatch)
     fits = sbsnn_fitting.journalled(cfg, results.journal_units(results.journal_path("sbsnn_fitting", "smoke", cfg.digest)), 0)
     assert len(fits) == len(cfg.activations) + 1 and all(len(fit.mse) == cfg.steps for fit in fits.values())
     assert not list((tmp_path / "sbsnn_fitting" / "_partial").glob("*/*.lock"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the workers through Linux's /proc")
+def test_stopping_prefill_with_sigterm_stops_its_workers(tmp_path):
+    env = {**os.environ, results.ROOT_ENV: str(tmp_path),
+           results.STAGING_ENV: str(tmp_path / "sbsnn_fitting" / ".staging-test")}
+    parent = subprocess.Popen([sys.executable, "-c", "from gmp import runs; runs.prefill('sbsnn_fitting', 'paper', 2)"],
+                              env=env)
+    children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+    deadline = time.time() + 60
+    while time.time() < deadline and len(children.read_text().split()) < 2:
+        time.sleep(0.2)
+    workers = [int(pid) for pid in children.read_text().split()]
+    assert len(workers) == 2
+    time.sleep(2)  # let them import torch and start on their first units
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=60) == 128 + signal.SIGTERM
+    for pid in workers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

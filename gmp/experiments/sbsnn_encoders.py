@@ -93,14 +93,14 @@ def axis_energy(image: np.ndarray) -> float:
     return float(on_axes / total)
 
 
-def journalled(cfg, units: Mapping[str, Any], seed: int, figure: str) -> dict[str, FitResult]:
+def journalled(cfg, journal: Mapping[str, Any], seed: int, figure: str) -> dict[str, FitResult]:
     """The fits of :func:`run` for ``figure`` that an unfinished run at ``cfg``'s scale has journalled.
 
-    ``units`` is :attr:`gmp.results.Cached.units`; a chapter shows these as a partial
+    ``journal`` is :attr:`gmp.results.Cached.units`; a chapter shows these as a partial
     paper-scale result until the whole run is cached.
     """
-    return {key: FitResult.from_json(units[f"{figure}-{key}-{seed}"]) for key in specs(cfg, figure)
-            if f"{figure}-{key}-{seed}" in units}
+    return {key: FitResult.from_json(journal[f"{figure}-{key}-{seed}"]) for key in specs(cfg, figure)
+            if f"{figure}-{key}-{seed}" in journal}
 
 
 def compare_step(cfg, figure: str) -> int:
@@ -108,15 +108,15 @@ def compare_step(cfg, figure: str) -> int:
     return cfg.steps["fig6"] - 1 if figure == "fig6" else cfg.fig7_compare_step
 
 
-def unfinished(units: Mapping[str, Any], seed: int, figure: str
+def unfinished(journal: Mapping[str, Any], seed: int, figure: str
                ) -> tuple[dict[str, Any], dict[str, np.ndarray], str] | None:
     """What an unfinished paper-scale run has journalled of ``figure``, as the chapter shows it.
 
     The payload (side and :func:`rows`), the PSNR curves and the panel title of the networks
-    in ``units`` (:attr:`gmp.results.Cached.units`), or None when it holds none of them.
+    in ``journal`` (:attr:`gmp.results.Cached.units`), or None when it holds none of them.
     """
     cfg = load_config("sbsnn_encoders", "paper")
-    fits = journalled(cfg, units, seed, figure)
+    fits = journalled(cfg, journal, seed, figure)
     if not fits:
         return None
     payload = {"side": cfg.side, "rows": rows(cfg, fits, compare_step(cfg, figure))}

@@ -87,24 +87,24 @@ def run(cfg, store, seed: int, device, sweep: bool = False) -> dict[str, FitResu
             for name in (sweep_specs(cfg) if sweep else specs(cfg))}
 
 
-def journalled(cfg, units: Mapping[str, Any], seed: int, sweep: bool = False) -> dict[str, FitResult]:
+def journalled(cfg, journal: Mapping[str, Any], seed: int, sweep: bool = False) -> dict[str, FitResult]:
     """The fits of :func:`run` that an unfinished run at ``cfg``'s scale has journalled so far.
 
-    ``units`` is :attr:`gmp.results.Cached.units`; a chapter shows these as a partial
+    ``journal`` is :attr:`gmp.results.Cached.units`; a chapter shows these as a partial
     paper-scale result until the whole run is cached.
     """
     names = sweep_specs(cfg) if sweep else specs(cfg)
-    return {name: FitResult.from_json(units[f"{name}-{seed}"]) for name in names if f"{name}-{seed}" in units}
+    return {name: FitResult.from_json(journal[f"{name}-{seed}"]) for name in names if f"{name}-{seed}" in journal}
 
 
-def unfinished(units: Mapping[str, Any], seed: int) -> tuple[dict[str, Any], dict[str, np.ndarray], str] | None:
+def unfinished(journal: Mapping[str, Any], seed: int) -> tuple[dict[str, Any], dict[str, np.ndarray], str] | None:
     """What an unfinished paper-scale run has journalled of Fig. 4, as the chapter shows it.
 
     The :func:`summary` payload, the PSNR curves and the panel title of the networks in
-    ``units`` (:attr:`gmp.results.Cached.units`), or None when it holds none of them.
+    ``journal`` (:attr:`gmp.results.Cached.units`), or None when it holds none of them.
     """
     cfg = load_config("sbsnn_fitting", "paper")
-    fits = journalled(cfg, units, seed)
+    fits = journalled(cfg, journal, seed)
     if not fits:
         return None
     return summary(cfg, fits), curves(fits), unfinished_title(len(fits), len(specs(cfg)), cfg.side)
