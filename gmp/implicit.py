@@ -298,6 +298,8 @@ def psnr_steps_table(live: Mapping[str, Mapping[str, Any]], paper: Mapping[str, 
 
 def unfinished_title(done: int, total: int, side: int) -> str:
     """The title of a PSNR panel that shows the networks an unfinished paper-scale run has journalled."""
+    if done == total:
+        return f"paper scale, unfinished run: all {total} networks of this figure ({side}×{side})"
     return f"paper scale, unfinished run: {done} of {total} networks so far ({side}×{side})"
 
 

@@ -8,7 +8,8 @@ import torch
 from skimage.metrics import peak_signal_noise_ratio
 
 from gmp.data.images import cameraman, coordinate_grid, image_fitting_data
-from gmp.implicit import FitResult, build_model, default_levels, fit_image, mse_to_psnr, psnr, psnr_steps_table
+from gmp.implicit import (FitResult, build_model, default_levels, fit_image, mse_to_psnr, psnr, psnr_steps_table,
+                          unfinished_title)
 from gmp.models.implicit import ImplicitMLP, SineLayer, Siren
 
 
@@ -189,3 +190,8 @@ def test_steps_to_psnr_levels_and_their_table():
     html = psnr_steps_table(rows, {"a": {"steps_to_psnr": fit.steps_to_psnr([25, 30, 35, 40, 50])}},
                             {"a": "net A", "b": "net B"}).to_html()
     assert "2 / 2" in html and "never / never" in html and "2 / not run" in html and "net B" in html
+
+
+def test_an_unfinished_runs_title_says_whether_its_figure_is_complete():
+    assert unfinished_title(3, 14, 256) == "paper scale, unfinished run: 3 of 14 networks so far (256×256)"
+    assert unfinished_title(14, 14, 256) == "paper scale, unfinished run: all 14 networks of this figure (256×256)"
