@@ -276,23 +276,27 @@ def psnr_steps_table(live: Mapping[str, Mapping[str, Any]], paper: Mapping[str, 
     """Steps to each PSNR level per network: ``"this build / paper scale"`` in each cell.
 
     ``live`` and ``paper`` map a network to its payload row, whose ``"steps_to_psnr"`` is
-    :meth:`FitResult.steps_to_psnr`; a network missing from ``paper`` (or no ``paper`` at
-    all) shows "not run" there, and a level that a run never reached shows "never".
-    ``labels`` names the networks.
+    :meth:`FitResult.steps_to_psnr`. ``labels`` names the networks and gives the rows and
+    their order (one that neither ran is left out); a network missing from ``live`` or from
+    ``paper`` (or no ``paper`` at all) shows "not run" there, and a level that a run never
+    reached shows "never".
     """
     import pandas as pd
 
-    def shown(step: int | None) -> str:
+    def shown(row: Mapping[str, Any] | None, level: str) -> str:
+        if row is None:
+            return "not run"
+        step = row["steps_to_psnr"][level]
         return "never" if step is None else str(step)
 
     rows = []
-    for name, row in live.items():
-        other = paper.get(name) if paper else None
-        table_row = {"network": labels[name]}
-        for level, step in row["steps_to_psnr"].items():
-            theirs = shown(other["steps_to_psnr"][level]) if other else "not run"
-            table_row[f"{level} dB"] = f"{shown(step)} / {theirs}"
-        rows.append(table_row)
+    for name, label in labels.items():
+        mine, theirs = live.get(name), paper.get(name) if paper else None
+        if mine is None and theirs is None:
+            continue
+        levels = (mine or theirs)["steps_to_psnr"]
+        rows.append({"network": label, **{f"{level} dB": f"{shown(mine, level)} / {shown(theirs, level)}"
+                                          for level in levels}})
     return pd.DataFrame(rows).style.hide(axis="index")
 
 

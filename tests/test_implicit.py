@@ -187,9 +187,10 @@ def test_steps_to_psnr_levels_and_their_table():
     steps = fit.steps_to_psnr()
     assert steps == {"25": 1, "30": 2, "35": 4, "40": None, "50": None}
     rows = {"a": {"steps_to_psnr": steps}, "b": {"steps_to_psnr": steps}}
-    html = psnr_steps_table(rows, {"a": {"steps_to_psnr": fit.steps_to_psnr([25, 30, 35, 40, 50])}},
-                            {"a": "net A", "b": "net B"}).to_html()
+    paper = {"a": {"steps_to_psnr": fit.steps_to_psnr([25, 30, 35, 40, 50])}, "c": {"steps_to_psnr": steps}}
+    html = psnr_steps_table(rows, paper, {"a": "net A", "b": "net B", "c": "net C", "d": "net D"}).to_html()
     assert "2 / 2" in html and "never / never" in html and "2 / not run" in html and "net B" in html
+    assert "not run / 2" in html and "net C" in html and "net D" not in html  # C ran at paper scale only
 
 
 def test_an_unfinished_runs_title_says_whether_its_figure_is_complete():
