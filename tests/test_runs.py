@@ -126,6 +126,22 @@ def test_two_workers_journal_every_unit_of_a_chapter_once(tmp_path, monkeypatch)
     assert not list((tmp_path / "sbsnn_fitting" / "_partial").glob("*/*.lock"))
 
 
+def test_committed_journals_are_still_units_a_rerun_resumes(root):
+    """An unfinished paper-scale run resumes from its committed journal only while the chapter's
+    ``units`` still name the journalled keys: renaming a key would silently redo hours of fits."""
+    journals = sorted(root.glob("book/_results/*/_partial/*.jsonl"))
+    for path in journals:
+        chapter, (scale, digest) = path.parents[1].name, path.stem.rsplit("-", 1)
+        cfg = config.load(chapter, scale)
+        if cfg.digest != digest:
+            continue
+        units = getattr(config.experiment(chapter), "units", None)
+        if units is None:
+            continue
+        keys = set(results.journal_units(path))
+        assert keys <= set(units(cfg, results.Store(chapter, cfg), 0, "cpu")), path
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the workers through Linux's /proc")
 def test_stopping_prefill_with_sigterm_stops_its_workers(tmp_path):
     env = {**os.environ, results.ROOT_ENV: str(tmp_path),

@@ -53,8 +53,13 @@ def specs(cfg, figure: str) -> dict[str, dict[str, Any]]:
             for name in cfg.activations for encoder in cfg.encoders}
 
 
+def unit_key(figure: str, key: str, seed: int) -> str:
+    """The journal key of the fit of network ``key`` (of :func:`specs`) in ``figure``."""
+    return f"{figure}-{key}-{seed}"
+
+
 def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any]]]:
-    """Every fit of Figs. 6 and 7, by journal key ``"<figure>-<activation>/<encoder>-<seed>"``.
+    """Every fit of Figs. 6 and 7, by :func:`unit_key`: ``"<figure>-<activation>/<encoder>-<seed>"``.
 
     Each value computes the fit's :meth:`gmp.implicit.FitResult.to_json` for :meth:`gmp.results.Store.memo`
     (Fig. 5's frames come from Fig. 6's runs): :func:`run` journals them one after another,
@@ -70,14 +75,14 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     for figure in cfg.schedules:
         for key, spec in specs(cfg, figure).items():
             frames = [cfg.fig5_step] if figure == "fig6" and spec["activation"] == cfg.fig5_activation else []
-            out[f"{figure}-{key}-{seed}"] = fit(f"{figure}-{key}-{seed}", key, spec, frames)
+            out[unit_key(figure, key, seed)] = fit(unit_key(figure, key, seed), key, spec, frames)
     return out
 
 
 def run(cfg, store, seed: int, device, figure: str) -> dict[str, FitResult]:
     """Fit every network of ``figure`` ("fig6" or "fig7"), journalled by ``store.memo``."""
     todo = units(cfg, store, seed, device)
-    return {key: FitResult.from_json(store.memo(f"{figure}-{key}-{seed}", todo[f"{figure}-{key}-{seed}"]))
+    return {key: FitResult.from_json(store.memo(unit_key(figure, key, seed), todo[unit_key(figure, key, seed)]))
             for key in specs(cfg, figure)}
 
 
@@ -99,8 +104,8 @@ def journalled(cfg, journal: Mapping[str, Any], seed: int, figure: str) -> dict[
     ``journal`` is :attr:`gmp.results.Cached.units`; a chapter shows these as a partial
     paper-scale result until the whole run is cached.
     """
-    return {key: FitResult.from_json(journal[f"{figure}-{key}-{seed}"]) for key in specs(cfg, figure)
-            if f"{figure}-{key}-{seed}" in journal}
+    return {key: FitResult.from_json(journal[unit_key(figure, key, seed)]) for key in specs(cfg, figure)
+            if unit_key(figure, key, seed) in journal}
 
 
 def compare_step(cfg, figure: str) -> int:

@@ -64,8 +64,13 @@ def sweep_specs(cfg) -> dict[str, dict[str, Any]]:
     return {f"sin_lr{lr:g}": {**base, "lr": lr} for lr in cfg.lr_sweep}
 
 
+def unit_key(name: str, seed: int) -> str:
+    """The journal key of the fit of network ``name`` (of :func:`specs` or :func:`sweep_specs`)."""
+    return f"{name}-{seed}"
+
+
 def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any]]]:
-    """Every fit of the chapter (Fig. 4 and the learning-rate sweep), by journal key.
+    """Every fit of the chapter (Fig. 4 and the learning-rate sweep), by :func:`unit_key`.
 
     Each value computes the fit's :meth:`gmp.implicit.FitResult.to_json` for :meth:`gmp.results.Store.memo`:
     :func:`run` journals them one after another, ``python -m gmp.runs --jobs N`` shares them
@@ -75,15 +80,15 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
 
     def fit(name: str, spec: dict[str, Any]) -> Callable[[], dict[str, Any]]:
         return lambda: fit_spec(spec, coords, pixels, seed=seed, device=device, desc=name,
-                                checkpoint=store.scratch(f"{name}-{seed}")).to_json()
+                                checkpoint=store.scratch(unit_key(name, seed))).to_json()
 
-    return {f"{name}-{seed}": fit(name, spec) for name, spec in {**specs(cfg), **sweep_specs(cfg)}.items()}
+    return {unit_key(name, seed): fit(name, spec) for name, spec in {**specs(cfg), **sweep_specs(cfg)}.items()}
 
 
 def run(cfg, store, seed: int, device, sweep: bool = False) -> dict[str, FitResult]:
     """Fit every network of Fig. 4, or of the learning-rate sweep (journalled by ``store.memo``)."""
     todo = units(cfg, store, seed, device)
-    return {name: FitResult.from_json(store.memo(f"{name}-{seed}", todo[f"{name}-{seed}"]))
+    return {name: FitResult.from_json(store.memo(unit_key(name, seed), todo[unit_key(name, seed)]))
             for name in (sweep_specs(cfg) if sweep else specs(cfg))}
 
 
@@ -94,7 +99,8 @@ def journalled(cfg, journal: Mapping[str, Any], seed: int, sweep: bool = False) 
     paper-scale result until the whole run is cached.
     """
     names = sweep_specs(cfg) if sweep else specs(cfg)
-    return {name: FitResult.from_json(journal[f"{name}-{seed}"]) for name in names if f"{name}-{seed}" in journal}
+    return {name: FitResult.from_json(journal[unit_key(name, seed)]) for name in names
+            if unit_key(name, seed) in journal}
 
 
 def unfinished(journal: Mapping[str, Any], seed: int) -> tuple[dict[str, Any], dict[str, np.ndarray], str] | None:
