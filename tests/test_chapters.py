@@ -31,13 +31,14 @@ def test_chapter_runs_at_smoke_scale(page, tmp_path, monkeypatch):
 
 
 @pytest.mark.chapter
-@pytest.mark.parametrize("chapter, units, column", [
-    ("sbsnn_fitting", ["sin-0", "siren-0"], "ours (paper scale): steps"),
-    ("sbsnn_encoders", ["fig7-sin/rotated-0", "fig7-gpn_elu/rotated-0"], "ours (paper scale)"),  # ELU: paper only
+@pytest.mark.parametrize("chapter, units, others, column", [
+    ("sbsnn_fitting", ["sin-0", "siren-0"], ["sin_lr0.001-0"], "ours (paper scale): steps"),
+    ("sbsnn_encoders", ["fig7-sin/rotated-0", "fig7-gpn_elu/rotated-0"], [], "ours (paper scale)"),  # ELU: paper only
 ])
-def test_an_unfinished_paper_run_is_shown_as_partial(chapter, units, column, tmp_path, monkeypatch):
+def test_an_unfinished_paper_run_is_shown_as_partial(chapter, units, others, column, tmp_path, monkeypatch):
     """Networks journalled by an unfinished paper-scale run appear in the chapter's table, the rest as not run,
-    also those this scale does not run (GPN ELU in Fig. 7 at smoke scale)."""
+    also those this scale does not run (GPN ELU in Fig. 7 at smoke scale); journalled fits of other figures
+    (``others``: the learning-rate sweep) appear in the prose beside theirs."""
     mse = 1e-2 * 10 ** (-np.arange(60) / 12)
     fit = FitResult(mse, 10 * np.log10(4 / mse), np.full(60, 1e-3), {}, None, 1.0)
     digest = config.load(chapter, "paper").digest
@@ -45,7 +46,7 @@ def test_an_unfinished_paper_run_is_shown_as_partial(chapter, units, column, tmp
     journal = results.journal_path(chapter, "paper", digest).relative_to(results.results_root())
     (root / journal).parent.mkdir(parents=True)
     (root / journal).write_text("".join(json.dumps({"key": k, "value": fit.to_json(), "seconds": 1.0}) + "\n"
-                                        for k in units))
+                                        for k in units + others))
     monkeypatch.setenv(results.ROOT_ENV, str(root))
     monkeypatch.setenv("GMP_SCALE", "smoke")
     monkeypatch.delenv("GMP_RESULTS_STAGING", raising=False)
@@ -62,3 +63,9 @@ def test_an_unfinished_paper_run_is_shown_as_partial(chapter, units, column, tmp
                                                         tables[0]) if col == index]
     assert shown.count(str(fit.first_step_below(1e-5))) == len(units)
     assert shown.count("not yet run at paper scale") == len(shown) - len(units)
+    if chapter == "sbsnn_fitting":
+        glued = [o["data"]["application/papermill.record/text/plain"] for c in executed.cells
+                 for o in c.get("outputs", []) if o.get("metadata", {}).get("scrapbook", {}).get("name")
+                 == "sbsnn_fit_sweep_paper"]
+        final = f"{fit.psnr[-1]:.1f} dB after 60 steps"
+        assert glued == [repr(f"lr 0.0002 (the paper's) {final}, lr 0.001 {final}, SIREN {final}")]

@@ -13,7 +13,7 @@ from gmp.activations import ACTIVATION_LABELS, PAPER_COLOURS
 from gmp.config import load as load_config
 from gmp.config import scaled
 from gmp.data.images import image_fitting_data
-from gmp.implicit import FitResult, fit_spec, mse_to_psnr, plot_psnr_panels, psnr_steps_table, unfinished_title
+from gmp.implicit import FitResult, fit_spec, plot_psnr_panels, psnr_steps_table, unfinished_title
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
 
 FIG4_ACTIVATIONS = ["sin", "triangle", "gpn_tanh", "gpn_relu", "gpn_elu", "abs_sin"]
@@ -158,28 +158,55 @@ def plot_fig4(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] |
                             mse_target=mse_target, line_style=line_style, cached_title=cached_title)
 
 
-def plot_lr_sweep(fits: Mapping[str, FitResult], sweep: Mapping[str, FitResult], base_lr: float,
-                  mse_target: float, title: str):
-    """PSNR of the ``sqrt(2) sin(x + pi/4)`` network at several initial learning rates, and SIREN's."""
+def sweep_curves(fig4: Mapping[str, np.ndarray], sweep: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The curves of the learning-rate figure: the sweep's, with the paper-rate sin network and SIREN of Fig. 4."""
+    return {**{key: fig4[key] for key in ("psnr_sin", "psnr_siren") if key in fig4}, **sweep}
+
+
+def unfinished_sweep(journal: Mapping[str, Any], seed: int) -> tuple[dict[str, np.ndarray], str] | None:
+    """The learning-rate figure's curves that an unfinished paper-scale run has journalled, and the panel title.
+
+    None when the journal holds none of the sweep's fits (see :func:`unfinished` for Fig. 4).
+    """
+    cfg = load_config("sbsnn_fitting", "paper")
+    sweep = journalled(cfg, journal, seed, sweep=True)
+    if not sweep:
+        return None
+    shown = sweep_curves(curves(journalled(cfg, journal, seed)), curves(sweep))
+    return shown, unfinished_title(len(shown), len(sweep_specs(cfg)) + 2, cfg.side)
+
+
+def sweep_finals(shown: Mapping[str, np.ndarray], cfg) -> str:
+    """The final PSNR of each curve of the learning-rate figure, as prose."""
+    names = [("psnr_sin", f"lr {cfg.lr:g} (the paper's)")]
+    names += [(f"psnr_sin_lr{lr:g}", f"lr {lr:g}") for lr in cfg.lr_sweep]
+    names += [("psnr_siren", "SIREN")]
+    return ", ".join(f"{label} {shown[key][-1]:.1f} dB after {len(shown[key])} steps"
+                     for key, label in names if key in shown)
+
+
+def plot_lr_sweep(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, cfg,
+                  cached_side: int | None, cached_title: str | None = None):
+    """PSNR of the ``sqrt(2) sin(x + pi/4)`` network at several initial learning rates, and SIREN's.
+
+    ``live`` and ``cached`` are :func:`sweep_curves`: this build's, and the paper-scale run's
+    (cached, or journalled by an unfinished run with ``cached_title``) or None.
+    """
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4))
-    curves_ = {f"lr {base_lr:g} (paper)": fits["sin"], **{f"lr {k.removeprefix('sin_lr')}": v for k, v in sweep.items()}}
-    shades = plt.cm.Greys(np.linspace(1.0, 0.45, len(curves_)))
-    for (label, fit), shade in zip(curves_.items(), shades):
-        ax.plot(np.arange(1, len(fit.psnr)), fit.psnr[1:], color=shade, lw=1.3,
-                label=f"{ACTIVATION_LABELS['sin']} + SIREN layer, {label}")
-    ax.plot(np.arange(1, len(fits["siren"].psnr)), fits["siren"].psnr[1:], color=PAPER_COLOURS["siren"], lw=1.3,
-            label="SIREN, lr 1e-4")
-    ax.axhline(mse_to_psnr(mse_target), color="grey", ls=":", lw=1, label=f"MSE {mse_target:g}")
-    ax.set_xscale("log")
-    ax.set_xlabel("Adam updates")
-    ax.set_ylabel("PSNR (dB)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.tight_layout()
-    return fig
+    rates = [cfg.lr, *cfg.lr_sweep]
+    shades = dict(zip(rates, plt.cm.Greys(np.linspace(1.0, 0.45, len(rates)))))
+
+    def line_style(key: str) -> dict[str, Any]:
+        name = key.removeprefix("psnr_")
+        if name == "siren":
+            return dict(color=PAPER_COLOURS["siren"], label=f"SIREN, lr {cfg.siren['lr']:g}")
+        lr = cfg.lr if name == "sin" else float(name.removeprefix("sin_lr"))
+        paper = " (paper)" if name == "sin" else ""
+        return dict(color=shades[lr], label=f"{ACTIVATION_LABELS['sin']} + SIREN layer, lr {lr:g}{paper}")
+
+    return plot_psnr_panels(live, cached, scale=cfg.scale, side=cfg.side, cached_side=cached_side,
+                            mse_target=cfg.mse_target, line_style=line_style, cached_title=cached_title)
 
 
 def table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str):
