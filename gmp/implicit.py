@@ -54,7 +54,8 @@ def build_model(spec: Mapping[str, Any], side: int | None = None) -> nn.Module:
     ``{"model": "sbsnn", "activation": "sin", "first_layer": "siren"}`` the paper's MLP with
     an initial SIREN layer; add ``"encoder": "nerf"`` or ``"rotated"`` (with
     ``"first_layer": "orthogonal"``) for a positional encoder of ``"levels"`` frequencies,
-    default ``floor(log2(side / 4))`` as in SIREN's NeRF baseline.
+    default ``floor(log2(side / 4))`` as in SIREN's NeRF baseline; ``"first_gain"`` and
+    ``"siren_scale"`` are those of :class:`gmp.models.ImplicitMLP`.
     """
     kind = spec.get("model")
     sizes = {k: spec[k] for k in ("hidden_features", "hidden_layers") if k in spec}
@@ -73,7 +74,8 @@ def build_model(spec: Mapping[str, Any], side: int | None = None) -> nn.Module:
             levels = default_levels(side)
         encoder = PositionalEncoding(levels, rotated=spec["encoder"] == "rotated")
     return ImplicitMLP(spec["activation"], 2, 1, first_layer=spec.get("first_layer", "siren"),
-                       encoder=encoder, omega_0=spec.get("omega_0", 30.0), **sizes)
+                       encoder=encoder, omega_0=spec.get("omega_0", 30.0), first_gain=spec.get("first_gain", 1.0),
+                       siren_scale=spec.get("siren_scale", 1.0), **sizes)
 
 
 def default_levels(side: int) -> int:
