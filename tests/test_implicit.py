@@ -196,3 +196,34 @@ def test_steps_to_psnr_levels_and_their_table():
 def test_an_unfinished_runs_title_says_whether_its_figure_is_complete():
     assert unfinished_title(3, 14, 256) == "paper scale, unfinished run: 3 of 14 networks so far (256×256)"
     assert unfinished_title(14, 14, 256) == "paper scale, unfinished run: all 14 networks of this figure (256×256)"
+
+
+def test_first_gain_gives_unit_mean_square_preactivations_after_an_encoder():
+    # A semi-orthogonal d -> width layer keeps the encoding's squared norm d exactly, so the
+    # pre-activations have mean square d / width; the gain sqrt(width / d) makes it 1.
+    from gmp.encoders import PositionalEncoding
+
+    coords = coordinate_grid(16).reshape(-1, 2)
+    encoder = PositionalEncoding(3, rotated=True)
+    d = encoder.out_features(2)
+    for gain, expected in ((1.0, d / 96), (math.sqrt(96 / d), 1.0)):
+        torch.manual_seed(0)
+        model = ImplicitMLP("sin", hidden_features=96, first_layer="orthogonal", encoder=encoder, first_gain=gain)
+        z = model.net[0](encoder(coords))
+        assert (z ** 2).sum(dim=1).mean().item() / 96 == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="first_gain"):
+        ImplicitMLP("sin", first_gain=0.0)
+
+
+def test_siren_scale_multiplies_the_first_layers_output_and_nothing_else():
+    x = torch.rand(64, 2) * 2 - 1
+    torch.manual_seed(0)
+    plain = ImplicitMLP("sin", hidden_features=32)
+    torch.manual_seed(0)
+    scaled = ImplicitMLP("sin", hidden_features=32, siren_scale=math.sqrt(2))
+    assert torch.allclose(scaled.net[0](x), math.sqrt(2) * plain.net[0](x))
+    for a, b in zip(plain.parameters(), scaled.parameters()):
+        assert torch.equal(a, b)
+    assert build_model({"model": "sbsnn", "activation": "sin", "siren_scale": 2.0}).net[0].scale == 2.0
+    with pytest.raises(ValueError, match="scale"):
+        SineLayer(2, 4, scale=-1.0)

@@ -1,0 +1,47 @@
+"""Facts behind the chapter on the gap to the SBSNN paper's fitting speed."""
+
+import math
+
+import pytest
+import torch
+
+from gmp import config
+from gmp.data.images import cameraman
+from gmp.experiments import sbsnn_gap
+
+
+def test_band_limited_psnr_removes_exactly_the_frequencies_above_the_cut():
+    side = 64
+    i = torch.arange(side, dtype=torch.float64)
+    wave = 0.5 * torch.cos(2 * math.pi * 3 * i / side)[:, None].expand(side, side)  # 3 cycles along axis 0
+    assert sbsnn_gap.band_limited_psnr(wave, 3) > 200  # kept: the low-pass is the image
+    # cut below 3 cycles: the error is the wave itself, mean square (0.5 / 2)^2 / 2 on [0, 1] values
+    assert sbsnn_gap.band_limited_psnr(wave, 2) == pytest.approx(10 * math.log10(32), abs=1e-9)
+    with pytest.raises(ValueError, match="2-D image"):
+        sbsnn_gap.band_limited_psnr(wave[0], 2)
+
+
+def test_band_limit_of_the_cameraman_grows_with_the_cut_and_is_exact_at_nyquist():
+    curve = sbsnn_gap.band_limit_curve(64)
+    assert curve["cycles"] == [1, 2, 4, 8, 16, 32]
+    assert all(b > a for a, b in zip(curve["psnr"], curve["psnr"][1:]))
+    assert curve["psnr"][-1] > 200 and curve["psnr"][-2] < 40
+    assert sbsnn_gap.band_limited_psnr(cameraman(64), 32) == curve["psnr"][-1]
+
+
+def test_variants_differ_from_the_papers_networks_only_in_what_they_test():
+    cfg = config.load("sbsnn_gap", "paper")
+    specs = sbsnn_gap.specs(cfg)
+    assert list(specs) == list(sbsnn_gap.LABELS)
+    assert (specs["default"]["levels"], specs["full"]["levels"]) == (6, 8)  # SIREN's rule; 2^7 = Nyquist of 256
+    assert specs["default+gain"]["first_gain"] == pytest.approx(math.sqrt(192 / 72))
+    assert specs["full+gain"]["first_gain"] == pytest.approx(math.sqrt(2))
+    for name, base in (("default+gain", "default"), ("full+gain", "full"), ("siren+scale", "siren")):
+        extra = set(specs[name]) - set(specs[base])
+        assert len(extra) == 1 and {k: v for k, v in specs[name].items() if k not in extra} == specs[base]
+    for name in ("default+gain", "full+gain", "siren+scale"):
+        stats = sbsnn_gap.first_layer_statistics(specs[name], 32, seed=0)
+        assert stats["z_mean_square"] == pytest.approx(1.0, abs=0.01)
+    assert sbsnn_gap.first_layer_statistics(specs["default"], 32, seed=0)["z_mean_square"] == pytest.approx(72 / 192)
+    with pytest.raises(ValueError, match="power-of-two"):
+        sbsnn_gap.full_levels(100)
