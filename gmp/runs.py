@@ -70,8 +70,9 @@ def _units_of(chapter: str):
     """The ``units`` function of the chapter's experiment module (see :func:`prefill`)."""
     units = getattr(_config.experiment(chapter), "units", None)
     if units is None:
+        splitting = [c for c in _results.experiment_chapters() if hasattr(_config.experiment(c), "units")]
         raise ValueError(f"{chapter} does not split into independent units for --jobs workers; run it "
-                         f"without --jobs (sbsnn_fitting and sbsnn_encoders split)")
+                         f"without --jobs (these split: {', '.join(splitting)})")
     if _results.fcntl is None:
         raise ValueError("--jobs needs POSIX file locks (fcntl), which this system lacks; run without --jobs")
     return units
