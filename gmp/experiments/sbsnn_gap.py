@@ -41,10 +41,12 @@ CONFIG = scaled(
 LABELS = {"default": "rotated encoder, SIREN's L", "default+gain": "rotated encoder, SIREN's L, unit first layer",
           "full": "rotated encoder, Nyquist L", "full+gain": "rotated encoder, Nyquist L, unit first layer",
           "siren": "SIREN first layer", "siren+scale": "SIREN first layer ×√2"}
-"""The fits, in the order of the chapter's table: the rotated encoder with SIREN's ``L``
-(``default``, as in Fig. 7) or ``L = log2(N)`` (``full``), ``+gain`` for a first layer whose
-pre-activations have mean square 1; the SIREN first layer of Fig. 4, ``+scale`` with ``sqrt(2)``
-on its output."""
+"""Short names of the fits, in the order of the chapter's table.
+
+``default`` is the rotated encoder with SIREN's ``L`` (as in Fig. 7) and ``full`` the one with
+``L = log2(N)``; ``+gain`` gives the first layer pre-activations of mean square 1. ``siren`` is
+the SIREN first layer of Fig. 4 and ``+scale`` puts ``sqrt(2)`` on its output.
+"""
 
 
 def full_levels(side: int) -> int:
