@@ -291,3 +291,13 @@ def conclusion(payload: Mapping[str, Any], mse_target: float) -> str:
                 f"{len(reached)} of {len(rows)} variants reach it")
     return (f"no variant reaches MSE {mse_target:g} {where}; the best, {LABELS[best]}, reaches "
             f"{rows[best]['best_psnr']:.1f} dB, against {mse_to_psnr(mse_target):.1f} dB for the target")
+
+
+def effects_sentence(payload: Mapping[str, Any], mse_target: float) -> str:
+    """The range of the changes' effects on the best PSNR, beside the distance of the best fit from the target."""
+    effects = {name: effect(payload, name, base) for name, (base, _) in CHANGES.items()}
+    low, high = min(effects, key=effects.get), max(effects, key=effects.get)
+    best = max(row["best_psnr"] for row in payload["rows"].values())
+    return (f"the changes move the best PSNR by {effects[low]:+.1f} dB ({CHANGES[low][1]}) to "
+            f"{effects[high]:+.1f} dB ({CHANGES[high][1]}), while the best fit stays "
+            f"{mse_to_psnr(mse_target) - best:.1f} dB short of an MSE of {mse_target:g}")
