@@ -150,6 +150,8 @@ def first_layer_statistics(spec: Mapping[str, Any], side: int, seed: int) -> dic
 
 def summary(cfg, fits: Mapping[str, FitResult], seed: int) -> dict[str, Any]:
     """The chapter's payload: per variant its settings, initial statistics and fit; the low-pass curve."""
+    curve = band_limit_curve(cfg.side)
+    bounds = dict(zip(curve["cycles"], curve["psnr"]))
     out = {}
     for name, spec in specs(cfg).items():
         fit = fits[name]
@@ -157,13 +159,13 @@ def summary(cfg, fits: Mapping[str, FitResult], seed: int) -> dict[str, Any]:
         out[name] = {"levels": levels, "first_gain": spec.get("first_gain", 1.0),
                      "siren_scale": spec.get("siren_scale", 1.0),
                      "cycles": 2 ** (levels - 1) if levels else None,
-                     "band_limit_psnr": band_limited_psnr(cameraman(cfg.side), 2 ** (levels - 1)) if levels else None,
+                     "band_limit_psnr": bounds[2 ** (levels - 1)] if levels else None,
                      **first_layer_statistics(spec, cfg.side, seed),
                      "final_psnr": float(fit.psnr[-1]), "best_psnr": float(np.nanmax(fit.psnr)),
                      "first_below_target": fit.first_step_below(cfg.mse_target),
                      "steps_to_psnr": fit.steps_to_psnr(), "steps": len(fit.mse), "diverged_at": fit.diverged_at,
                      "seconds": fit.seconds}
-    return {"side": cfg.side, "steps": cfg.steps, "rows": out, "band_limit": band_limit_curve(cfg.side)}
+    return {"side": cfg.side, "steps": cfg.steps, "rows": out, "band_limit": curve}
 
 
 def curves(fits: Mapping[str, FitResult]) -> dict[str, np.ndarray]:
@@ -220,6 +222,10 @@ def plot_band_limit(live: Mapping[str, Any], cached: Mapping[str, Any] | None, m
     return fig
 
 
+def _missing(status: str) -> str:
+    return {"absent": "not yet run at paper scale", "stale": "stale cache"}.get(status, "—")
+
+
 def _bound(value: float | None) -> str:
     if value is None:
         return "—"
@@ -230,7 +236,7 @@ def table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str
     """Per variant: settings, initial statistics, low-pass bound and best PSNR, this build and paper scale."""
     import pandas as pd
 
-    missing = {"absent": "not yet run at paper scale", "stale": "stale cache"}.get(status, "—")
+    missing = _missing(status)
     rows = []
     for name, row in live["rows"].items():
         other = cached["rows"].get(name) if cached else None
@@ -271,7 +277,7 @@ def effects_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, sta
     """The change of best PSNR each change makes, this build and paper scale."""
     import pandas as pd
 
-    missing = {"absent": "not yet run at paper scale", "stale": "stale cache"}.get(status, "—")
+    missing = _missing(status)
     rows = [{"change": text, "from → to": f"{LABELS[base]} → {LABELS[name]}",
              "this build (dB)": f"{effect(live, name, base):+.2f}",
              "paper scale (dB)": f"{effect(cached, name, base):+.2f}" if cached else missing}
