@@ -105,6 +105,11 @@ def _check_name(name: str) -> None:
         raise ValueError(f"result names are made of letters, digits, '_' and '-', got {name!r}")
 
 
+def missing_cell(status: str) -> str:
+    """What a table cell shows where a paper-scale cache with this status has no value for it."""
+    return {"absent": NOT_RUN, "stale": "stale cache"}.get(status, "—")
+
+
 @dataclasses.dataclass(frozen=True)
 class Cached:
     """One cached result: ``status`` is "current", "stale" or "absent"."""

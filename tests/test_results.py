@@ -71,6 +71,12 @@ def test_cached_is_absent_current_or_stale(chapter, tmp_path):
     assert "warning" in stale.note().data
 
 
+def test_a_table_cell_without_a_cached_value_says_why():
+    assert results.missing_cell("absent") == NOT_RUN
+    assert results.missing_cell("stale") == "stale cache"
+    assert results.missing_cell("current") == "—"
+
+
 def test_memo_resumes_after_an_interruption(chapter, tmp_path, monkeypatch):
     staging = tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"
     monkeypatch.setenv(results.STAGING_ENV, str(staging))

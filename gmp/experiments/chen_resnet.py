@@ -25,7 +25,7 @@ from gmp.data.imagenet import imagenet
 from gmp.experiments import chen_vgg
 from gmp.experiments.chen_vgg import _capped, digit_images, run_key, table_payload
 from gmp.models.resnet import resnet34
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, Store
+from gmp.results import NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, Claim, Store
 
 CHAPTER = "chen_resnet"
 
@@ -113,7 +113,7 @@ def table_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
                 c = cached["summary"][variant][str(cached["batch_sizes"][0])]
                 row[(cache_source, m)] = _cell(c[m], c[f"{m}_se"])
             else:
-                row[(cache_source, m)] = "not yet run at paper scale"
+                row[(cache_source, m)] = NOT_RUN
         rows[variant] = row
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.columns = pd.MultiIndex.from_tuples([(s, {"top1": "top-1 (%)", "top5": "top-5 (%)"}[m])

@@ -25,7 +25,7 @@ from gmp.config import Config, resolve_device, scaled
 from gmp.data.classification import digits
 from gmp.data.imagenet import ImageArrays, imagenet32_arrays, IMAGENET32_MEAN
 from gmp.models.vgg import vgg6
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, Store
+from gmp.results import NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, Claim, Store
 from gmp.train import EarlyStopping, ReduceLROnPlateau
 
 CHAPTER = "chen_vgg"
@@ -432,7 +432,7 @@ def table_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
         if cached is not None:
             rows.append(measured(cached, variant, _matched_batches(cached, paper_batches)))
         else:
-            rows.append(["not yet run at paper scale"] * len(columns))
+            rows.append([NOT_RUN] * len(columns))
         index.append((variant, "ours, paper scale (cache)"))
     return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["method", "source"]), columns=columns)
 

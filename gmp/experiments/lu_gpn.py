@@ -15,7 +15,7 @@ from gmp.config import scaled
 from gmp.gpn import ACTIVATION_LABELS, ACTIVATIONS, PAPER_ROOTS, gaussian_moments, gpn_constants, hermite_coefficients
 from gmp.models.deep import deep_mlp
 from gmp.propagation import propagate
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp.results import NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, Claim
 
 CONFIG = scaled(
     common=dict(activations=list(ACTIVATIONS),
@@ -250,7 +250,7 @@ def table1_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
             "ours b (- root)": f"{_f4(row['b_minus'])}{star[1]}",
             "ours - paper (a, b)": f"{row['a'] - ref['a']:+.1e}, {row['b'] - ref['b']:+.1e}",
             "paper scale (cache): a, b": (f"{_f4(cached['table1'][name]['a'])}, {_f4(cached['table1'][name]['b'])}"
-                                          if cached else "not yet run at paper scale"),
+                                          if cached else NOT_RUN),
         })
     return pd.DataFrame(rows).set_index("activation")
 

@@ -36,7 +36,7 @@ from gmp.config import scaled
 from gmp.gpn import make_activation
 from gmp.models.deep import DeepMLP, deep_mlp
 from gmp.propagation import gradient_norm_ratio, parameter_gradient_norms
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp.results import NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, Claim
 from gmp.train import accuracy, evaluate, fit
 
 ACTIVATIONS = ["Tanh", "ReLU", "LeakyReLU", "ELU", "SELU", "GELU"]
@@ -369,7 +369,7 @@ def table2(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: str
             name = DATASET_LABELS[dataset]
             for split in ("train", "test"):
                 if cached is None:
-                    text = "not yet run at paper scale"
+                    text = NOT_RUN
                 else:
                     runs = cached["runs"].get(dataset, {})
                     text = _cell(runs.get(variant), runs.get(run_label(variant, True)), f"{split}_acc")

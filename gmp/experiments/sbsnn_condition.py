@@ -14,7 +14,7 @@ from scipy import integrate
 
 from gmp.activations import ACTIVATION_LABELS, ACTIVATION_TEXT, activation, strong_condition
 from gmp.config import scaled
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, missing_cell
 
 FIG_ACTIVATIONS = ["sqrt_sigmoid", "sin", "gpn_tanh", "gpn_gelu", "gpn_elu", "gpn_leaky_relu", "gpn_relu"]
 """The seven activations of Figs. 1-2, in the order of their captions."""
@@ -413,10 +413,6 @@ def plot_fig3(radius: float = 8.0):
     return fig
 
 
-def _cache_text(status: str) -> str:
-    return {"absent": "not yet run at paper scale", "stale": "stale cache"}.get(status, "")
-
-
 def theorem1_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str):
     """Table: symbolic residuals of the strong condition per candidate, Theorem 1's verdict beside ours."""
     import pandas as pd
@@ -424,7 +420,7 @@ def theorem1_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None, st
     rows = []
     for i, row in enumerate(live["rows"]):
         paper_scale = (("satisfies" if cached["rows"][i]["satisfies"] else "fails") if cached
-                       else _cache_text(status))
+                       else missing_cell(status))
         rows.append({"f(x)": row["f"], "f(x)² + f(−x)² − 2": row["value_residual"],
                      "f′(x)² + f′(−x)² − 2": row["derivative_residual"],
                      "Theorem 1": "satisfies" if row["theorem1_says"] else "fails",
@@ -448,7 +444,7 @@ def condition_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None, s
                      "Lemma 1: max |u′² − 4(1 − u²)|": f"{row['lemma1_residual']:.1e}",
                      "ours (this build)": "holds" if row["holds"] else "fails",
                      "ours (paper scale)": ("holds" if other["holds"] else "fails") if other
-                     else _cache_text(status)})
+                     else missing_cell(status)})
     return pd.DataFrame(rows).style.hide(axis="index")
 
 
@@ -465,6 +461,6 @@ def theorem3_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None, st
         row["GPN tanh: E[g′(W)²]"] = f"{dg2:.4f}"
         other = cached["sin"].get(name) if cached else None
         row["ours (paper scale): max |E − 1|"] = (f"{max(abs(v - 1) for v in other):.1e}" if other
-                                                  else _cache_text(status))
+                                                  else missing_cell(status))
         rows.append(row)
     return pd.DataFrame(rows).style.hide(axis="index")

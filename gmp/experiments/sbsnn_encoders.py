@@ -14,7 +14,7 @@ from gmp.config import load as load_config
 from gmp.config import scaled
 from gmp.data.images import cameraman, image_fitting_data
 from gmp.implicit import FitResult, default_levels, fit_spec, plot_psnr_panels, psnr_steps_table, unfinished_title
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, missing_cell
 
 FIG6_ACTIVATIONS = ["sin", "triangle", "abs_sin", "gpn_tanh", "gpn_gelu", "gpn_elu", "gpn_relu"]
 """The activations of Figs. 6 and 7, in the order of their captions."""
@@ -214,10 +214,6 @@ def _activations(live: Mapping[str, Any], cached: Mapping[str, Any] | None) -> l
     return [name for name in FIG6_ACTIVATIONS if any(f"{name}/{encoder}" in keys for encoder in ENCODERS)]
 
 
-def _missing(status: str) -> str:
-    return {"absent": "not yet run at paper scale", "stale": "stale cache"}.get(status, "—")
-
-
 def fig6_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str):
     """Final PSNR per activation and encoder, this build and paper scale (the paper gives no numbers)."""
     import pandas as pd
@@ -226,7 +222,7 @@ def fig6_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status
     for name in _activations(live, cached):
         row = {"activation": ACTIVATION_TEXT[name], "paper": "rotated better (Fig. 6)"}
         for label, payload, missing in (("this build", live, "not run at this scale"),
-                                        ("paper scale", cached, _missing(status))):
+                                        ("paper scale", cached, missing_cell(status))):
             for encoder in ENCODERS:
                 entry = payload["rows"].get(f"{name}/{encoder}") if payload else None
                 row[f"{label}: {encoder}"] = f"{entry['final_psnr']:.2f}" if entry else missing
@@ -252,7 +248,7 @@ def fig7_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status
                          "paper": f"about {PAPER['fig7_steps']}" if encoder == "rotated" and name in SBSNN_FAMILY
                          else "not stated",
                          "ours (this build)": reached(live["rows"].get(key), "not run at this scale"),
-                         "ours (paper scale)": reached(cached["rows"].get(key) if cached else None, _missing(status))})
+                         "ours (paper scale)": reached(cached["rows"].get(key) if cached else None, missing_cell(status))})
     return pd.DataFrame(rows).style.hide(axis="index")
 
 

@@ -14,7 +14,7 @@ from gmp.config import load as load_config
 from gmp.config import scaled
 from gmp.data.images import image_fitting_data
 from gmp.implicit import FitResult, fit_spec, plot_psnr_panels, psnr_steps_table, unfinished_title
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, missing_cell
 
 FIG4_ACTIVATIONS = ["sin", "triangle", "gpn_tanh", "gpn_relu", "gpn_elu", "abs_sin"]
 """The activations of Fig. 4, in the order of its caption (SIREN is the seventh curve)."""
@@ -217,7 +217,7 @@ def table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str
 
     def reached(row: Mapping[str, Any] | None) -> str:
         if row is None:
-            return {"absent": "not yet run at paper scale", "stale": "stale cache"}.get(status, "—")
+            return missing_cell(status)
         if row["first_below_target"] is None:
             return f"not within {row['steps']} (best MSE {row['best_mse']:.1e})"
         return str(row["first_below_target"])

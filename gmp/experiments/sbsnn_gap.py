@@ -27,6 +27,7 @@ from gmp.encoders import PositionalEncoding
 from gmp.implicit import (FitResult, build_model, default_levels, fit_spec, mse_to_psnr, plot_psnr_panels, psnr,
                           psnr_steps_table)
 from gmp.models.implicit import SineLayer
+from gmp.results import missing_cell
 
 CONFIG = scaled(
     common=dict(activation="sin", hidden_features=192, hidden_layers=5, encoder="rotated",
@@ -222,10 +223,6 @@ def plot_band_limit(live: Mapping[str, Any], cached: Mapping[str, Any] | None, m
     return fig
 
 
-def _missing(status: str) -> str:
-    return {"absent": "not yet run at paper scale", "stale": "stale cache"}.get(status, "—")
-
-
 def _bound(value: float | None) -> str:
     if value is None:
         return "—"
@@ -236,7 +233,7 @@ def table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str
     """Per variant: settings, initial statistics, low-pass bound and best PSNR, this build and paper scale."""
     import pandas as pd
 
-    missing = _missing(status)
+    missing = missing_cell(status)
     rows = []
     for name, row in live["rows"].items():
         other = cached["rows"].get(name) if cached else None
@@ -277,7 +274,7 @@ def effects_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, sta
     """The change of best PSNR each change makes, this build and paper scale."""
     import pandas as pd
 
-    missing = _missing(status)
+    missing = missing_cell(status)
     rows = [{"change": text, "from → to": f"{LABELS[base]} → {LABELS[name]}",
              "this build (dB)": f"{effect(live, name, base):+.2f}",
              "paper scale (dB)": f"{effect(cached, name, base):+.2f}" if cached else missing}
