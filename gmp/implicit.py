@@ -302,6 +302,38 @@ def psnr_steps_table(live: Mapping[str, Mapping[str, Any]], paper: Mapping[str, 
     return pd.DataFrame(rows).style.hide(axis="index")
 
 
+def target_reading(rows: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str], family: Iterable[str],
+                   mse_target: float, compare_step: int, family_name: str = "the networks of the SBSNN family") -> str:
+    """One or two sentences on a set of fits against an MSE target, for a chapter's prose.
+
+    ``rows`` maps a network to its payload row (``first_below_target``, ``psnr_at_compare``,
+    ``best_psnr``, ``steps``); ``labels`` names them; ``family`` are the networks a claim
+    is about (by default those that satisfy the strong condition), ``family_name`` their
+    name in the text. Says which networks reach the target
+    and when, where the family stands at ``compare_step``, how far the best of it gets, and
+    which other networks get further.
+    """
+    target = f"an MSE of {mse_target:g} ({mse_to_psnr(mse_target):.1f} dB)"
+    reached = {k: r["first_below_target"] for k, r in rows.items() if r["first_below_target"] is not None}
+    if reached:
+        text = "; ".join(f"{labels[k]} reaches {target} at step {step}" for k, step in reached.items())
+    else:
+        text = f"no network reaches {target} within its run"
+    family = [k for k in family if k in rows]
+    if family:
+        text += (f". At step {compare_step} {family_name} stand at "
+                 + ", ".join(f"{rows[k]['psnr_at_compare']:.1f} dB ({labels[k]})" for k in family))
+        best = max(family, key=lambda k: rows[k]["best_psnr"])
+        text += (f"; the best of them reaches {rows[best]['best_psnr']:.1f} dB ({labels[best]}, "
+                 f"{rows[best]['steps']} steps)")
+        better = sorted((k for k in rows if k not in family and rows[k]["best_psnr"] > rows[best]["best_psnr"]),
+                        key=lambda k: -rows[k]["best_psnr"])
+        if better:
+            text += ". Other networks fit better: " + ", ".join(
+                f"{labels[k]} ({rows[k]['best_psnr']:.1f} dB)" for k in better)
+    return text + "."
+
+
 def unfinished_title(done: int, total: int, side: int) -> str:
     """The title of a PSNR panel that shows the networks an unfinished paper-scale run has journalled."""
     if done == total:

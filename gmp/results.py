@@ -135,14 +135,16 @@ class Cached:
 
     def describe(self) -> str:
         """One sentence on where this result comes from, for a chapter or the ledger."""
+        command = f"`python -m gmp.runs {self.chapter} --scale {self.scale}`"
+        if self.status == "absent" and self.journalled:
+            return (f"Not finished at {self.scale} scale: an unfinished run with the current config has journalled "
+                    f"{self.journalled} finished units, and {command} resumes from them. No claim is judged on them.")
         if self.status == "absent":
-            text = f"Not yet run at {self.scale} scale: run `python -m gmp.runs {self.chapter} --scale {self.scale}`."
-            if self.journalled:
-                text += (f" An unfinished run with the current config has journalled {self.journalled} finished "
-                         f"units; that command resumes from them.")
-            return text
+            return f"Not yet run at {self.scale} scale: run {command}."
         p = self.provenance or {}
-        when = f"{p.get('date', '?')} on {p.get('device', '?')}, commit {str(p.get('commit', '?'))[:10]}, " \
+        commit = str(p.get("commit", "?"))
+        commit = commit[:10] + (" with uncommitted changes" if commit.endswith("+dirty") else "")
+        when = f"{p.get('date', '?')} on {p.get('device', '?')}, commit {commit}, " \
                f"gmp {p.get('gmp_version', '?')}, torch {p.get('torch_version', '?')}, " \
                f"wall time {_duration(p.get('wall_time_s'))}"
         if p.get("resumed_units"):
@@ -151,7 +153,7 @@ class Cached:
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
-                    f"they are not shown as current. Rerun `python -m gmp.runs {self.chapter} --scale {self.scale}`.")
+                    f"they are not shown as current. Rerun {command}.")
         return f"{self.scale.capitalize()}-scale results cached {when}."
 
     def note(self):
@@ -160,7 +162,7 @@ class Cached:
 
         kind = {"current": "note", "stale": "warning", "absent": "important"}[self.status]
         title = {"current": "Cached paper-scale run", "stale": "Stale cached results",
-                 "absent": "Not yet run at paper scale"}[self.status]
+                 "absent": "Unfinished paper-scale run" if self.journalled else "Not yet run at paper scale"}[self.status]
         if self.scale != "paper":
             title = title.replace("paper-scale", f"{self.scale}-scale").replace("paper scale", f"{self.scale} scale")
         return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{html.escape(title)}</p>'

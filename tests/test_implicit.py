@@ -9,7 +9,7 @@ from skimage.metrics import peak_signal_noise_ratio
 
 from gmp.data.images import cameraman, coordinate_grid, image_fitting_data
 from gmp.implicit import (FitResult, build_model, default_levels, fit_image, mse_to_psnr, psnr, psnr_steps_table,
-                          unfinished_title)
+                          target_reading, unfinished_title)
 from gmp.models.implicit import ImplicitMLP, SineLayer, Siren
 
 
@@ -191,6 +191,24 @@ def test_steps_to_psnr_levels_and_their_table():
     html = psnr_steps_table(rows, paper, {"a": "net A", "b": "net B", "c": "net C", "d": "net D"}).to_html()
     assert "2 / 2" in html and "never / never" in html and "2 / not run" in html and "net B" in html
     assert "not run / 2" in html and "net C" in html and "net D" not in html  # C ran at paper scale only
+
+
+def test_the_reading_of_a_figure_names_who_reaches_the_target_and_who_fits_best():
+    def row(first, at, best):
+        return {"first_below_target": first, "psnr_at_compare": at, "best_psnr": best, "steps": 300}
+
+    labels = {"s": "sin", "t": "tri", "r": "relu", "siren": "SIREN"}
+    rows = {"s": row(None, 20.0, 30.0), "t": row(None, 22.0, 33.0), "r": row(None, 21.0, 35.0),
+            "siren": row(250, 40.0, 56.2)}
+    text = target_reading(rows, labels, ["s", "t"], 1e-5, 100)
+    assert text.startswith("SIREN reaches an MSE of 1e-05 (56.0 dB) at step 250.")
+    assert "At step 100 the networks of the SBSNN family stand at 20.0 dB (sin), 22.0 dB (tri)" in text
+    assert "the best of them reaches 33.0 dB (tri, 300 steps)" in text
+    assert text.endswith("Other networks fit better: SIREN (56.2 dB), relu (35.0 dB).")
+    rows["t"] = row(120, 22.0, 57.0)
+    text = target_reading({k: rows[k] for k in ("s", "t", "r")}, labels, ["s", "t"], 1e-5, 100)
+    assert "tri reaches an MSE of 1e-05 (56.0 dB) at step 120" in text and "Other networks" not in text
+    assert target_reading({"r": rows["r"]}, labels, ["s"], 1e-5, 100).startswith("no network reaches")
 
 
 def test_an_unfinished_runs_title_says_whether_its_figure_is_complete():

@@ -28,11 +28,11 @@ def chapter(monkeypatch, tmp_path):
     return module
 
 
-def _publish(tmp_path, scale, payload, digest):
+def _publish(tmp_path, scale, payload, digest, commit="abc"):
     folder = tmp_path / "_results" / "fake_chapter" / scale
     results.atomic_write_json(folder / "summary.json", payload)
     results.atomic_write_json(folder / "provenance.json", {"config_digest": digest, "date": "2026-11-22 00:00 UTC",
-                                                           "device": "cpu", "commit": "abc", "wall_time_s": 3.0})
+                                                           "device": "cpu", "commit": commit, "wall_time_s": 3.0})
     return folder
 
 
@@ -69,6 +69,8 @@ def test_cached_is_absent_current_or_stale(chapter, tmp_path):
     assert stale.status == "stale" and not stale.current
     assert "STALE" in stale.describe()
     assert "warning" in stale.note().data
+    _publish(tmp_path, "paper", {"gap": 0.25}, current, commit="0123456789abcdef+dirty")
+    assert "commit 0123456789 with uncommitted changes" in results.cached("fake_chapter", "summary").describe()
 
 
 def test_a_table_cell_without_a_cached_value_says_why():
@@ -97,6 +99,7 @@ def test_memo_resumes_after_an_interruption(chapter, tmp_path, monkeypatch):
     absent = results.cached("fake_chapter", "summary")
     assert absent.status == "absent" and absent.journalled == 3
     assert "journalled 3 finished units" in absent.describe()
+    assert "Unfinished paper-scale run" in absent.note().data
     monkeypatch.setenv(results.STAGING_ENV, str(staging))
     resumed = results.Store("fake_chapter", cfg)
     values = [resumed.memo(f"unit-{i}", lambda i=i: unit(i)) for i in range(5)]

@@ -214,8 +214,7 @@ def symmetric_second_moments(names: Sequence[str], orders: int, S: int = 1, w: i
                              ) -> dict[str, list[float]]:
     """Theorem 3: ``E[f^(n)(W)^2]`` for ``n = 0..orders`` and ``f = S sqrt(2) sin(w x + pi/4)``.
 
-    ``f^(n)(x) = S w^n sqrt(2) sin(w x + pi/4 + n pi/2)``; the expectation is by quadrature
-    by quadrature.
+    ``f^(n)(x) = S w^n sqrt(2) sin(w x + pi/4 + n pi/2)``; the expectation is by quadrature.
     """
     n = np.arange(orders + 1)
     return {name: _expect(name, lambda t: 2 * np.sin(w * t + np.pi / 4 + n * np.pi / 2) ** 2).tolist()

@@ -13,7 +13,8 @@ from gmp.activations import ACTIVATION_LABELS, ACTIVATION_TEXT, PAPER_COLOURS
 from gmp.config import load as load_config
 from gmp.config import scaled
 from gmp.data.images import cameraman, image_fitting_data
-from gmp.implicit import FitResult, default_levels, fit_spec, plot_psnr_panels, psnr_steps_table, unfinished_title
+from gmp.implicit import (FitResult, default_levels, fit_spec, plot_psnr_panels, psnr_steps_table, target_reading,
+                          unfinished_title)
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, missing_cell
 
 FIG6_ACTIVATIONS = ["sin", "triangle", "abs_sin", "gpn_tanh", "gpn_gelu", "gpn_elu", "gpn_relu"]
@@ -126,6 +127,33 @@ def unfinished(journal: Mapping[str, Any], seed: int, figure: str
         return None
     payload = {"side": cfg.side, "rows": rows(cfg, fits, compare_step(cfg, figure))}
     return payload, curves(fits), unfinished_title(len(fits), len(specs(cfg, figure)), cfg.side)
+
+
+def unfinished_fig5(journal: Mapping[str, Any], seed: int) -> tuple[dict[str, np.ndarray], int] | None:
+    """Fig. 5's frames (:func:`frames`) and step from an unfinished paper-scale run's journal.
+
+    None until it holds both of the Fig. 6 fits that keep the frames.
+    """
+    cfg = load_config("sbsnn_encoders", "paper")
+    fits = journalled(cfg, journal, seed, "fig6")
+    if not all(f"{cfg.fig5_activation}/{encoder}" in fits for encoder in cfg.encoders):
+        return None
+    return frames(cfg, fits), cfg.fig5_step
+
+
+def rotated_better(rows: Mapping[str, Any]) -> tuple[int, int]:
+    """Of the activations fitted with both encoders in ``rows``: how many end higher with the rotated one, of how many."""
+    both = [name for name in FIG6_ACTIVATIONS if all(f"{name}/{encoder}" in rows for encoder in ENCODERS)]
+    better = [name for name in both if rows[f"{name}/rotated"]["final_psnr"] > rows[f"{name}/nerf"]["final_psnr"]]
+    return len(better), len(both)
+
+
+def fig7_reading(payload: Mapping[str, Any], compare_step: int) -> str:
+    """Fig. 7's rows in words (:func:`gmp.implicit.target_reading`), the rotated SBSNNs as the claim's subject."""
+    rows = payload["rows"]
+    labels = {key: f"{ACTIVATION_TEXT[key.split('/')[0]]}, {key.split('/')[1]}" for key in rows}
+    return target_reading(rows, labels, [f"{name}/rotated" for name in SBSNN_FAMILY], PAPER["siren_mse"],
+                          compare_step, family_name="the SBSNN networks with the rotated encoder")
 
 
 def rows(cfg, fits: Mapping[str, FitResult], compare: int) -> dict[str, Any]:

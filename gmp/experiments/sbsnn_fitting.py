@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from gmp.activations import ACTIVATION_LABELS, PAPER_COLOURS
+from gmp.activations import ACTIVATION_LABELS, ACTIVATION_TEXT, PAPER_COLOURS
 from gmp.config import load as load_config
 from gmp.config import scaled
 from gmp.data.images import image_fitting_data
-from gmp.implicit import FitResult, fit_spec, plot_psnr_panels, psnr_steps_table, unfinished_title
+from gmp.implicit import FitResult, fit_spec, plot_psnr_panels, psnr_steps_table, target_reading, unfinished_title
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, missing_cell
 
 FIG4_ACTIVATIONS = ["sin", "triangle", "gpn_tanh", "gpn_relu", "gpn_elu", "abs_sin"]
@@ -138,12 +138,20 @@ def _label(name: str) -> str:
     return "SIREN" if name == "siren" else ACTIVATION_LABELS[name] + " + SIREN layer"
 
 
+def _text(name: str) -> str:
+    return "SIREN" if name == "siren" else ACTIVATION_TEXT[name]
+
+
 def steps_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
     """Steps to 25, 30, 35, 40 and 50 dB per network, this build and paper scale."""
-    from gmp.activations import ACTIVATION_TEXT
+    return psnr_steps_table(live["rows"], cached["rows"] if cached else None, {name: _text(name) for name in live["rows"]})
 
-    labels = {name: "SIREN" if name == "siren" else ACTIVATION_TEXT[name] for name in live["rows"]}
-    return psnr_steps_table(live["rows"], cached["rows"] if cached else None, labels)
+
+def reading(payload: Mapping[str, Any]) -> str:
+    """A :func:`summary` payload in words: who reaches the MSE target, where the SBSNNs stand at the compared step."""
+    rows = payload["rows"]
+    return target_reading(rows, {name: _text(name) for name in rows}, SBSNN_FAMILY, payload["mse_target"],
+                          payload["compare_step"])
 
 
 def plot_fig4(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarray] | None, mse_target: float,
@@ -212,8 +220,6 @@ def plot_lr_sweep(live: Mapping[str, np.ndarray], cached: Mapping[str, np.ndarra
 def table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str):
     """Steps to the MSE target and PSNRs: the paper's numbers, ours at this scale and at paper scale."""
     import pandas as pd
-
-    from gmp.activations import ACTIVATION_TEXT
 
     def reached(row: Mapping[str, Any] | None) -> str:
         if row is None:
