@@ -334,6 +334,11 @@ def target_reading(rows: Mapping[str, Mapping[str, Any]], labels: Mapping[str, s
     return text + "."
 
 
+def paper_source(current: bool, shown: bool) -> str:
+    """Where a chapter's paper-scale numbers come from, for its prose: a ``current`` cache, or (``shown``) an unfinished run."""
+    return "the cached run" if current else "the networks an unfinished run has finished" if shown else "not yet run"
+
+
 def unfinished_title(done: int, total: int, side: int) -> str:
     """The title of a PSNR panel that shows the networks an unfinished paper-scale run has journalled."""
     if done == total:
