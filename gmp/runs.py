@@ -45,12 +45,17 @@ def chapter_notebook(chapter: str, root: Path) -> Path:
 
 
 def git_commit(root: Path) -> str:
-    """``HEAD``'s commit, with ``+dirty`` when tracked files differ from it."""
+    """``HEAD``'s commit, with ``+dirty`` when tracked files other than ``book/_results`` differ from it.
+
+    The results folder is left out because a resumed run appends to its own committed journal
+    there: that is the run's output, not a change to the code that produced it.
+    """
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                                 text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)book/_results"], cwd=root, capture_output=True, text=True,
+                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("+dirty" if dirty else "")

@@ -161,3 +161,23 @@ def test_stopping_prefill_with_sigterm_stops_its_workers(tmp_path):
     for pid in workers:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_the_commit_is_dirty_for_changed_code_but_not_for_a_changed_journal(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    journal = tmp_path / "book" / "_results" / "ch" / "_partial" / "paper-0.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text("{}\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "start")
+    clean = runs.git_commit(tmp_path)
+    assert len(clean) == 40 and "+" not in clean
+    journal.write_text("{}\n{}\n")
+    assert runs.git_commit(tmp_path) == clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert runs.git_commit(tmp_path) == clean + "+dirty"
