@@ -36,7 +36,9 @@ def test_variants_differ_from_the_papers_networks_only_in_what_they_test():
     assert (specs["default"]["levels"], specs["full"]["levels"]) == (6, 8)  # SIREN's rule; 2^7 = Nyquist of 256
     assert specs["default+gain"]["first_gain"] == pytest.approx(math.sqrt(192 / 72))
     assert specs["full+gain"]["first_gain"] == pytest.approx(math.sqrt(2))
-    for name, base in (("default+gain", "default"), ("full+gain", "full"), ("siren+scale", "siren")):
+    assert specs["siren+omega"]["omega_0"] == cfg.wide_omega_0 > 30
+    for name, base in (("default+gain", "default"), ("full+gain", "full"), ("siren+scale", "siren"),
+                       ("siren+omega", "siren")):
         extra = set(specs[name]) - set(specs[base])
         assert len(extra) == 1 and {k: v for k, v in specs[name].items() if k not in extra} == specs[base]
     for name in ("default+gain", "full+gain", "siren+scale"):
@@ -48,7 +50,8 @@ def test_variants_differ_from_the_papers_networks_only_in_what_they_test():
 
 
 def test_effects_sentence_names_the_extreme_changes_and_the_shortfall():
-    best = {"default": 20.0, "default+gain": 23.0, "full": 19.0, "full+gain": 21.0, "siren": 15.0, "siren+scale": 15.5}
+    best = {"default": 20.0, "default+gain": 23.0, "full": 19.0, "full+gain": 21.0, "siren": 15.0, "siren+scale": 15.5,
+            "siren+omega": 16.0}
     payload = {"rows": {name: {"best_psnr": value} for name, value in best.items()}}
     text = sbsnn_gap.effects_sentence(payload, 1e-5)
     assert text == ("the changes move the best PSNR by -1.0 dB (Nyquist L instead of SIREN's) to +3.0 dB "

@@ -8,7 +8,8 @@ the ``sqrt(2) sin(x + pi/4)`` network is fitted with and without each change, ev
 the same run: the rotated encoder with SIREN's number of frequencies or with as many as
 the image's Nyquist frequency needs, each with the paper's orthogonal first layer or with
 one whose pre-activations have mean square 1 (Fig. 7's schedule); and the SIREN first layer
-of Fig. 4 with and without a ``sqrt(2)`` on its output (Fig. 4's schedule).
+of Fig. 4 as it is, with a ``sqrt(2)`` on its output, and with a larger frequency scale
+``omega_0`` (Fig. 4's schedule).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ CONFIG = scaled(
     common=dict(activation="sin", hidden_features=192, hidden_layers=5, encoder="rotated",
                 schedules={"encoder": {"lr": 2e-3, "plateau": {"factor": 0.5, "patience": 10}},
                            "siren": {"lr": 2e-4, "plateau": {"factor": 0.5, "patience": 40}}},
-                mse_target=1e-5, compile=False),
+                wide_omega_0=90.0, mse_target=1e-5, compile=False),
     smoke=dict(side=32, steps=6),
     small=dict(side=128, steps=40),
     paper=dict(side=256, steps=500, compile=True),
@@ -41,12 +42,14 @@ CONFIG = scaled(
 
 LABELS = {"default": "rotated encoder, SIREN's L", "default+gain": "rotated encoder, SIREN's L, unit first layer",
           "full": "rotated encoder, Nyquist L", "full+gain": "rotated encoder, Nyquist L, unit first layer",
-          "siren": "SIREN first layer", "siren+scale": "SIREN first layer ×√2"}
+          "siren": "SIREN first layer", "siren+scale": "SIREN first layer ×√2",
+          "siren+omega": "SIREN first layer, larger ω0"}
 """Short names of the fits, in the order of the chapter's table.
 
 ``default`` is the rotated encoder with SIREN's ``L`` (as in Fig. 7) and ``full`` the one with
 ``L = log2(N)``; ``+gain`` gives the first layer pre-activations of mean square 1. ``siren`` is
-the SIREN first layer of Fig. 4 and ``+scale`` puts ``sqrt(2)`` on its output.
+the SIREN first layer of Fig. 4 (SIREN's ``omega_0 = 30``), ``+scale`` puts ``sqrt(2)`` on its
+output and ``+omega`` gives it the config's ``wide_omega_0``.
 """
 
 
@@ -72,6 +75,7 @@ def specs(cfg) -> dict[str, dict[str, Any]]:
     schedule = cfg.schedules["siren"]
     out["siren"] = {**base, "first_layer": "siren", "lr": schedule["lr"], "plateau": schedule["plateau"]}
     out["siren+scale"] = {**out["siren"], "siren_scale": math.sqrt(2.0)}
+    out["siren+omega"] = {**out["siren"], "omega_0": cfg.wide_omega_0}
     return out
 
 
@@ -158,7 +162,7 @@ def summary(cfg, fits: Mapping[str, FitResult], seed: int) -> dict[str, Any]:
         fit = fits[name]
         levels = spec.get("levels")
         out[name] = {"levels": levels, "first_gain": spec.get("first_gain", 1.0),
-                     "siren_scale": spec.get("siren_scale", 1.0),
+                     "siren_scale": spec.get("siren_scale", 1.0), "omega_0": spec.get("omega_0", 30.0),
                      "cycles": 2 ** (levels - 1) if levels else None,
                      "band_limit_psnr": bounds[2 ** (levels - 1)] if levels else None,
                      **first_layer_statistics(spec, cfg.side, seed),
@@ -175,7 +179,8 @@ def curves(fits: Mapping[str, FitResult]) -> dict[str, np.ndarray]:
 
 
 _STYLES = {"default": ("#1f77b4", "-"), "default+gain": ("#1f77b4", "--"), "full": ("#d62728", "-"),
-           "full+gain": ("#d62728", "--"), "siren": ("black", "-"), "siren+scale": ("black", "--")}
+           "full+gain": ("#d62728", "--"), "siren": ("black", "-"), "siren+scale": ("black", "--"),
+           "siren+omega": ("black", ":")}
 
 
 def plot_fits(live: Mapping[str, Any], live_curves: Mapping[str, np.ndarray], cached: Mapping[str, Any] | None,
@@ -244,7 +249,7 @@ def table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str
             "network (√2 sin(x + π/4))": LABELS[name],
             "L (this build / paper)": both(lambda r: str(r["levels"])) if row["levels"] else "—",
             "first layer (this build / paper)": both(lambda r: f"gain {r['first_gain']:.2f}") if row["levels"]
-            else f"output ×{row['siren_scale']:.2f}",
+            else f"ω0 = {row['omega_0']:g}, output ×{row['siren_scale']:.2f}",
             "mean square of first pre-activation": f"{row['z_mean_square']:.3f}",
             "pixel-dependent share of first activation": f"{row['varying_share']:.3f}",
             "low-pass bound (dB)": _bound(row["band_limit_psnr"]),
@@ -266,7 +271,8 @@ def effect(payload: Mapping[str, Any], change: str, base: str) -> float:
 
 
 CHANGES = {"full": ("default", "Nyquist L instead of SIREN's"), "default+gain": ("default", "unit first layer"),
-           "full+gain": ("default", "both"), "siren+scale": ("siren", "√2 on the SIREN layer's output")}
+           "full+gain": ("default", "both"), "siren+scale": ("siren", "√2 on the SIREN layer's output"),
+           "siren+omega": ("siren", "larger ω0 on the SIREN layer")}
 """Each change tested, as (variant, the variant it changes, a short name)."""
 
 
