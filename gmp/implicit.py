@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from gmp.encoders import PositionalEncoding
-from gmp.models.implicit import ImplicitMLP, Siren
+from gmp.models.implicit import SIREN_OMEGA_0, ImplicitMLP, Siren
 from gmp.progress import bar
 from gmp.results import atomic_write_bytes
 
@@ -60,7 +60,7 @@ def build_model(spec: Mapping[str, Any], side: int | None = None) -> nn.Module:
     kind = spec.get("model")
     sizes = {k: spec[k] for k in ("hidden_features", "hidden_layers") if k in spec}
     if kind == "siren":
-        return Siren(2, 1, omega_0=spec.get("omega_0", 30.0), **sizes)
+        return Siren(2, 1, omega_0=spec.get("omega_0", SIREN_OMEGA_0), **sizes)
     if kind != "sbsnn":
         raise ValueError(f"spec['model'] must be 'siren' or 'sbsnn', got {kind!r}")
     encoder = None
@@ -74,7 +74,7 @@ def build_model(spec: Mapping[str, Any], side: int | None = None) -> nn.Module:
             levels = default_levels(side)
         encoder = PositionalEncoding(levels, rotated=spec["encoder"] == "rotated")
     return ImplicitMLP(spec["activation"], 2, 1, first_layer=spec.get("first_layer", "siren"),
-                       encoder=encoder, omega_0=spec.get("omega_0", 30.0), first_gain=spec.get("first_gain", 1.0),
+                       encoder=encoder, omega_0=spec.get("omega_0", SIREN_OMEGA_0), first_gain=spec.get("first_gain", 1.0),
                        siren_scale=spec.get("siren_scale", 1.0), **sizes)
 
 

@@ -27,7 +27,7 @@ from gmp.data.images import cameraman, image_fitting_data
 from gmp.encoders import PositionalEncoding
 from gmp.implicit import (FitResult, build_model, default_levels, fit_spec, mse_to_psnr, plot_psnr_panels, psnr,
                           psnr_steps_table)
-from gmp.models.implicit import SineLayer
+from gmp.models.implicit import SIREN_OMEGA_0, SineLayer
 from gmp.results import missing_cell
 
 CONFIG = scaled(
@@ -162,7 +162,7 @@ def summary(cfg, fits: Mapping[str, FitResult], seed: int) -> dict[str, Any]:
         fit = fits[name]
         levels = spec.get("levels")
         out[name] = {"levels": levels, "first_gain": spec.get("first_gain", 1.0),
-                     "siren_scale": spec.get("siren_scale", 1.0), "omega_0": spec.get("omega_0", 30.0),
+                     "siren_scale": spec.get("siren_scale", 1.0), "omega_0": spec.get("omega_0", SIREN_OMEGA_0),
                      "cycles": 2 ** (levels - 1) if levels else None,
                      "band_limit_psnr": bounds[2 ** (levels - 1)] if levels else None,
                      **first_layer_statistics(spec, cfg.side, seed),

@@ -23,6 +23,9 @@ from torch import Tensor, nn
 from gmp.activations import activation as _activation
 from gmp.encoders import PositionalEncoding
 
+SIREN_OMEGA_0 = 30.0
+"""SIREN's frequency scale ``omega_0``, the default of every sine layer here."""
+
 
 class SineLayer(nn.Module):
     """``scale * sin(omega_0 (W x + b))`` with SIREN's initialization (first or later layer).
@@ -31,7 +34,7 @@ class SineLayer(nn.Module):
     input magnitude that a self-normalizing layer expects.
     """
 
-    def __init__(self, in_features: int, out_features: int, is_first: bool = False, omega_0: float = 30.0,
+    def __init__(self, in_features: int, out_features: int, is_first: bool = False, omega_0: float = SIREN_OMEGA_0,
                  scale: float = 1.0):
         super().__init__()
         if omega_0 <= 0:
@@ -58,7 +61,7 @@ class Siren(nn.Module):
     """SIREN: a first :class:`SineLayer`, ``hidden_layers`` more, and a linear output layer."""
 
     def __init__(self, in_features: int = 2, out_features: int = 1, hidden_features: int = 256,
-                 hidden_layers: int = 3, omega_0: float = 30.0):
+                 hidden_layers: int = 3, omega_0: float = SIREN_OMEGA_0):
         super().__init__()
         if hidden_layers < 0 or hidden_features < 1:
             raise ValueError(f"need hidden_layers >= 0 and hidden_features >= 1, got {hidden_layers!r}, "
@@ -103,7 +106,7 @@ class ImplicitMLP(nn.Module):
 
     def __init__(self, activation: str | nn.Module, in_features: int = 2, out_features: int = 1,
                  hidden_features: int = 192, hidden_layers: int = 5, first_layer: str = "siren",
-                 encoder: PositionalEncoding | None = None, omega_0: float = 30.0, first_gain: float = 1.0,
+                 encoder: PositionalEncoding | None = None, omega_0: float = SIREN_OMEGA_0, first_gain: float = 1.0,
                  siren_scale: float = 1.0):
         super().__init__()
         if first_layer not in ("siren", "orthogonal"):
