@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from gmp.results import repository_root
+from gmp.results import RESULTS_PATH, repository_root
 
 
 def _hash_files(digest: "hashlib._Hash", files: list[Path], root: Path) -> None:
@@ -37,7 +37,7 @@ def fingerprint(page: Path, root: Path, package: str | None = None) -> str:
     """Hash of the package sources (``package``, computed when not given) and of the page's
     cached results."""
     digest = hashlib.sha256((package or package_digest(root)).encode())
-    results = root / "book" / "_results" / page.stem
+    results = root / RESULTS_PATH / page.stem
     if results.is_dir():
         kept = [p for p in results.rglob("*") if p.is_file()
                 and not any(part.startswith((".", "_")) for part in p.relative_to(results).parts)]

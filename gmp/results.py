@@ -53,6 +53,8 @@ VERDICTS: tuple[str, ...] = (REPRODUCED, PARTLY, NOT_REPRODUCED)
 
 STAGING_ENV = "GMP_RESULTS_STAGING"
 ROOT_ENV = "GMP_RESULTS"
+RESULTS_PATH = "book/_results"
+"""Where the results cache lives in the repository, relative to its root."""
 
 
 def repository_root() -> Path | None:
@@ -70,7 +72,7 @@ def results_root() -> Path | None:
     if os.environ.get(ROOT_ENV):
         return Path(os.environ[ROOT_ENV])
     root = repository_root()
-    return root / "book" / "_results" if root else None
+    return root / RESULTS_PATH if root else None
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -54,7 +54,7 @@ def git_commit(root: Path) -> str:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                                 text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":(exclude)book/_results"], cwd=root, capture_output=True, text=True,
+                                f":(exclude){_results.RESULTS_PATH}"], cwd=root, capture_output=True, text=True,
                                check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -154,7 +154,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
         _units_of(chapter)
     cfg = _config.load(chapter, scale)
     resolved = _config.resolve_device(device)
-    results_dir = (_results.results_root() or root / "book" / "_results") / chapter
+    results_dir = (_results.results_root() or root / _results.RESULTS_PATH) / chapter
     staging = results_dir / f".staging-{scale}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
