@@ -24,12 +24,13 @@ from gmp import gpn, propagation
 from gmp.gpn import GPN, gaussian_moments, gpn_constants, hermite_coefficients, make_activation
 from gmp.models.deep import DeepMLP, deep_mlp
 from gmp.propagation import Propagation, gradient_norm_ratio, parameter_gradient_norms, propagate
-from gmp import activations, encoders, implicit
+from gmp import activations, encoders, implicit, minibatch
 from gmp.activations import (SBSNNAbsSin, SBSNNSin, SBSNNTriangle, SqrtSigmoid, StrongCondition, sbsnn_abs_sin,
                              sbsnn_sin, sbsnn_triangle, sqrt_sigmoid, strong_condition, triangle_wave)
-from gmp.encoders import PositionalEncoding
+from gmp.encoders import AuthorEncoding, PositionalEncoding
 from gmp.models.implicit import ImplicitMLP, SineLayer, Siren
 from gmp.implicit import FitResult, fit_image, psnr
+from gmp.minibatch import EpochCurves, Plateau, fit_stack
 
 try:
     __version__ = version("gmp")

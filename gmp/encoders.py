@@ -64,3 +64,79 @@ class PositionalEncoding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"levels={self.levels}, rotated={self.rotated}"
+
+
+class AuthorEncoding(nn.Module):
+    """The positional encoders of the SBSNN author's public Keras code (``PositionalEncoders.py``).
+
+    They differ from the paper text's (and :class:`PositionalEncoding`) in four ways, each a
+    setting here so that an ablation can switch them one at a time:
+
+    * frequencies ``2^k`` for ``k = 0 .. K-1`` with **no factor pi**, and as many of them as
+      fill ``width`` features: ``K = width / 4`` (axis-aligned) or ``K = width / 12``
+      (``rotated``). At width 192 that is up to ``2^47`` or ``2^15`` on a grid of 256 pixels,
+      far above its Nyquist rate, so most features alias to pseudo-random pixel patterns;
+    * every feature scaled by ``sqrt(2 scale_factor)`` (the builders' default
+      ``scale_factor = 1`` gives the paper's ``sqrt(2)``; the author's script passes 0.5);
+    * the feature order of the code: axis-aligned ``[sin(x f), sin(y f), cos(x f), cos(y f)]``
+      (each block over the ``K`` frequencies), rotated for each of its three copies
+      ``[cos(x f), cos(y f), sin(x f), sin(y f)]``;
+    * ``matrices="author"``: the rotated copies are ``p M`` and ``p (M * M)`` with
+      ``M = [[cos 2pi/3, sin 2pi/3], [sin 2pi/3, cos 2pi/3]]`` (symmetric, determinant -1/2:
+      not a rotation) and ``M * M`` its elementwise square, as the code does;
+      ``matrices="rotations"``: the true rotations by ``2pi/3`` and ``4pi/3`` that the paper
+      text describes.
+
+    The copies are formed in the input's dtype (float32 in the author's code); the sines and
+    cosines are computed in float64 from those exact arguments, so the aliased features are
+    well-defined functions of the input and not artefacts of a float32 ``sin`` at ``2^47``.
+    """
+
+    def __init__(self, width: int, rotated: bool = False, scale_factor: float = 1.0, matrices: str = "author"):
+        super().__init__()
+        per = 12 if rotated else 4
+        if not isinstance(width, int) or width < per or width % per:
+            raise ValueError(f"width must be a positive multiple of {per} for the "
+                             f"{'rotated' if rotated else 'axis-aligned'} encoder, got {width!r}")
+        if not math.isfinite(scale_factor) or scale_factor <= 0:
+            raise ValueError(f"scale_factor must be a positive number, got {scale_factor!r}")
+        if matrices not in ("author", "rotations"):
+            raise ValueError(f"matrices must be 'author' or 'rotations', got {matrices!r}")
+        self.width = width
+        self.rotated = bool(rotated)
+        self.scale_factor = float(scale_factor)
+        self.matrices = matrices
+        self.register_buffer("frequencies", 2.0 ** torch.arange(width // per, dtype=torch.float64), persistent=False)
+
+    @property
+    def levels(self) -> int:
+        """``K``, the number of frequencies."""
+        return self.frequencies.numel()
+
+    def copy_matrices(self) -> list[Tensor]:
+        """The matrices ``A`` of the three copies ``p A`` of a row of coordinates ``p`` (rotated encoder)."""
+        c, s = math.cos(2 * math.pi / 3), math.sin(2 * math.pi / 3)
+        if self.matrices == "author":
+            m = torch.tensor([[c, s], [s, c]], dtype=torch.float64)
+            return [torch.eye(2, dtype=torch.float64), m, m * m]
+        return [rotation_matrix(k * 2 * math.pi / 3).T for k in range(3)]
+
+    def forward(self, p: Tensor) -> Tensor:
+        if p.shape[-1] != 2 or not p.is_floating_point():
+            raise ValueError(f"the encoder takes floating-point 2-D coordinates (..., 2), got {p.dtype} "
+                             f"of shape {tuple(p.shape)}")
+        amplitude = math.sqrt(2.0 * self.scale_factor)
+
+        def blocks(q: Tensor, first, second) -> list[Tensor]:
+            angles = q.double().unsqueeze(-1) * self.frequencies  # (..., 2, K)
+            return [first(angles).flatten(-2), second(angles).flatten(-2)]
+
+        if not self.rotated:
+            parts = blocks(p, torch.sin, torch.cos)
+        else:
+            parts = [part for a in self.copy_matrices() for part in blocks(p @ a.to(p.dtype), torch.cos, torch.sin)]
+        return (amplitude * torch.cat(parts, dim=-1)).to(p.dtype)
+
+    def extra_repr(self) -> str:
+        return (f"width={self.width}, rotated={self.rotated}, levels={self.levels}, "
+                f"scale_factor={self.scale_factor}, matrices={self.matrices!r}")

@@ -6,5 +6,5 @@ from gmp.data.uci import DATASETS as UCI_DATASETS
 from gmp.data.uci import UCISplit, uci
 from gmp.data.classification import cifar10, digits, mnist, mnist1d
 from gmp.data.toy import ToyData, banana, levy, levy_function
-from gmp.data.images import cameraman, coordinate_grid, image_fitting_data
+from gmp.data.images import cameraman, coordinate_grid, grey_image, image_fitting_data
 from gmp.data.imagenet import ImageArrays, imagenet, imagenet32

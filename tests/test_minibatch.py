@@ -1,0 +1,201 @@
+"""The SBSNN author's protocol: the classic image, his encoder, Keras's schedule and Adam, mini-batch epochs."""
+
+from __future__ import annotations
+
+import math
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+
+from gmp import minibatch as mb
+from gmp.data import DataUnavailableError
+from gmp.data.images import IMAGES, coordinate_grid, grey_image
+from gmp.encoders import AuthorEncoding
+
+SMALL = {"model": "sbsnn", "sizes": [2, 24, 16, 16, 1], "activation": "sin", "first_layer": "encoder"}
+
+
+def test_the_classic_and_the_author_photographs_load_offline_and_differ_from_todays_skimage():
+    classic, author = grey_image(512, "classic"), grey_image(256, "author")
+    assert classic.shape == (512, 512) and author.shape == (256, 256)
+    assert 0.0 <= float(author.min()) and float(author.max()) <= 1.0
+    levels = author * 255
+    assert torch.allclose(levels, levels.round(), atol=1e-4)  # the author's file read exactly, value / 255
+    resized = grey_image(256, "classic")
+    assert float(((resized - author) ** 2).mean()) < 0.005  # the same photograph
+    pytest.importorskip("skimage")
+    assert float(((grey_image(256, "skimage") - resized) ** 2).mean()) > 0.02  # a different photograph
+
+
+def test_a_missing_photograph_fails_naming_the_file_the_source_and_gmp_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("GMP_DATA", str(tmp_path))
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("offline")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(DataUnavailableError) as err:
+        grey_image(256, "author")
+    text = str(err.value)
+    assert IMAGES["author"].relpath in text and IMAGES["author"].url in text and "GMP_DATA" in text
+
+
+def test_xy_grid_gives_column_then_row_coordinates():
+    ij, xy = coordinate_grid(4), coordinate_grid(4, indexing="xy")
+    assert torch.equal(xy, ij.flip(-1))
+    assert xy[1].tolist() == pytest.approx([-1 / 3, -1.0])  # second pixel of the first row: next column
+
+
+@pytest.mark.parametrize("rotated, levels", [(False, 48), (True, 16)])
+def test_author_encoder_has_his_frequencies_count_amplitude_and_feature_order(rotated, levels):
+    enc = AuthorEncoding(192, rotated=rotated, scale_factor=0.5)
+    assert enc.levels == levels
+    assert enc.frequencies.tolist() == [2.0 ** k for k in range(levels)]  # no factor pi
+    p = torch.tensor([[0.3, -0.7]], dtype=torch.float64)
+    out = enc(p)[0]
+    f = enc.frequencies
+    if not rotated:
+        expected = torch.cat([torch.sin(0.3 * f), torch.sin(-0.7 * f), torch.cos(0.3 * f), torch.cos(-0.7 * f)])
+    else:
+        c, s = math.cos(2 * math.pi / 3), math.sin(2 * math.pi / 3)
+        copies = [torch.eye(2, dtype=torch.float64), torch.tensor([[c, s], [s, c]], dtype=torch.float64),
+                  torch.tensor([[c * c, s * s], [s * s, c * c]], dtype=torch.float64)]
+        expected = torch.cat([torch.cat([torch.cos(q[0] * f), torch.cos(q[1] * f), torch.sin(q[0] * f),
+                                         torch.sin(q[1] * f)]) for q in (p[0] @ a for a in copies)])
+    assert out.shape == (192,)
+    torch.testing.assert_close(out, expected)  # amplitude sqrt(2 * 0.5) = 1
+
+
+def test_author_matrices_are_not_rotations_and_the_switch_gives_true_ones():
+    author = AuthorEncoding(12, rotated=True).copy_matrices()
+    true = AuthorEncoding(12, rotated=True, matrices="rotations").copy_matrices()
+    assert torch.linalg.det(author[1]).item() == pytest.approx(-0.5)
+    torch.testing.assert_close(author[2], torch.tensor([[0.25, 0.75], [0.75, 0.25]], dtype=torch.float64))
+    for a in true:
+        torch.testing.assert_close(a @ a.T, torch.eye(2, dtype=torch.float64))
+        assert torch.linalg.det(a).item() == pytest.approx(1.0)
+    p = torch.tensor([[0.5, 0.2]], dtype=torch.float64)
+    torch.testing.assert_close(p @ true[1], (torch.tensor([[-0.5, -math.sqrt(3) / 2], [math.sqrt(3) / 2, -0.5]],
+                                                          dtype=torch.float64) @ p.T).T)
+
+
+def test_author_encoder_refuses_widths_it_cannot_fill_and_integer_input():
+    with pytest.raises(ValueError, match="multiple of 12"):
+        AuthorEncoding(100, rotated=True)
+    with pytest.raises(ValueError, match="floating-point"):
+        AuthorEncoding(12)(torch.tensor([[1, 0]]))
+
+
+def test_keras_plateau_halves_at_the_patience_th_flat_epoch_with_an_absolute_min_delta():
+    rule = mb.Plateau(0.5, 2, "keras")
+    lrs = [1.0]
+    for loss in [1.0, 0.99995, 0.9999, 0.5, 0.49995]:  # improvement needs loss < best - 1e-4
+        lrs.append(rule.step(loss, lrs[-1]))
+    assert lrs == [1.0, 1.0, 1.0, 0.5, 0.5, 0.5]
+
+
+def test_keras_plateau_halves_every_patience_epochs_once_the_loss_is_below_min_delta():
+    rule, lr, history = mb.Plateau(0.5, 3, "keras"), 1.0, []
+    for epoch in range(10):
+        lr = rule.step(1e-5 / 2 ** epoch, lr)  # still falling fast, but by less than 1e-4 each epoch
+        history.append(lr)
+    assert history == [1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.125]
+
+
+def test_torch_plateau_matches_torch_reduce_lr_on_plateau():
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=1.0)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=2)
+    rule, lr = mb.Plateau(0.5, 2, "torch"), 1.0
+    for loss in [1.0, 0.99995, 0.9999, 0.99, 0.99, 0.99, 0.99, 0.5, 0.5, 0.5, 0.5]:
+        sched.step(loss)
+        lr = rule.step(loss, lr)
+        assert lr == pytest.approx(opt.param_groups[0]["lr"])
+
+
+def test_keras_adam_step_matches_the_tf2_formula():
+    p = torch.nn.Parameter(torch.tensor([[[1.0, -2.0]]]))
+    adam = mb._Adam([p], "keras")
+    grads = [torch.tensor([[[0.5, 1e-8]]]), torch.tensor([[[-0.3, 2e-8]]])]
+    m = v = np.zeros(2)
+    ref = np.array([1.0, -2.0])
+    for t, g in enumerate(grads, start=1):
+        adam.step([g], torch.tensor([1e-3]))
+        gn = g.numpy().ravel().astype(float)
+        m, v = 0.9 * m + 0.1 * gn, 0.999 * v + 0.001 * gn ** 2
+        ref = ref - 1e-3 * math.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(v) + 1e-7)
+    np.testing.assert_allclose(p.detach().numpy().ravel(), ref, rtol=1e-6)
+
+
+def test_an_epoch_visits_every_training_pixel_once_in_ceil_n_over_batch_updates(monkeypatch):
+    held = mb.heldout_pixels(100, 0.25, seed=7)
+    train = torch.tensor(sorted(set(range(100)) - set(held.tolist())))
+    order = mb.epoch_order(train, [torch.Generator().manual_seed(s) for s in (0, 1)])
+    for row in order:
+        assert sorted(row.tolist()) == train.tolist()
+    assert not torch.equal(order[0], order[1])
+    calls = []
+    real = mb._Adam.step
+    monkeypatch.setattr(mb._Adam, "step", lambda self, grads, lrs: (calls.append(1), real(self, grads, lrs)))
+    x, y = torch.randn(100, 24), torch.rand(100, 1)
+    fits = mb.fit_stack(mb.layers(SMALL), [0], x, y, epochs=3, lr=1e-3, batch_size=32, heldout=held)
+    assert fits[0].updates_per_epoch == math.ceil(75 / 32) == 3
+    assert len(calls) == 3 * 3
+    assert np.isfinite(fits[0].heldout_mse).all()
+
+
+def test_held_out_pixels_are_fixed_by_seed_disjoint_and_of_the_asked_share():
+    a, b, c = mb.heldout_pixels(1000, 0.25, 3), mb.heldout_pixels(1000, 0.25, 3), mb.heldout_pixels(1000, 0.25, 4)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert a.numel() == 250 and a.unique().numel() == 250
+
+
+def test_a_network_does_not_depend_on_its_stack_and_a_diverged_one_is_recorded():
+    x, y = torch.randn(64, 24), torch.rand(64, 1)
+    alone = mb.fit_stack(mb.layers(SMALL), [5], x, y, epochs=3, lr=1e-3, batch_size=16)[0]
+    stacked = mb.fit_stack(mb.layers(SMALL), [9, 5], x, y, epochs=3, lr=[1e30, 1e-3], batch_size=16)
+    np.testing.assert_allclose(stacked[1].train_mse, alone.train_mse, rtol=1e-5)
+    assert stacked[0].diverged_at is not None and stacked[1].diverged_at is None
+
+
+def test_an_interrupted_fit_resumes_to_the_same_curves(tmp_path, monkeypatch):
+    x, y = torch.randn(64, 24), torch.rand(64, 1)
+    kwargs = dict(epochs=4, lr=1e-3, batch_size=16, plateau={"factor": 0.5, "patience": 1}, checkpoint_every=2)
+    whole = mb.fit_stack(mb.layers(SMALL), [1, 2], x, y, **kwargs)
+    real, calls = mb._Adam.step, []
+
+    def failing(self, grads, lrs):
+        calls.append(1)
+        if len(calls) > 2 * 4 + 1:  # in the third epoch, after the checkpoint of epoch 2
+            raise KeyboardInterrupt
+        real(self, grads, lrs)
+
+    monkeypatch.setattr(mb._Adam, "step", failing)
+    with pytest.raises(KeyboardInterrupt):
+        mb.fit_stack(mb.layers(SMALL), [1, 2], x, y, checkpoint=tmp_path / "fit.pt", **kwargs)
+    monkeypatch.setattr(mb._Adam, "step", real)
+    resumed = mb.fit_stack(mb.layers(SMALL), [1, 2], x, y, checkpoint=tmp_path / "fit.pt", **kwargs)
+    for a, b in zip(whole, resumed):
+        np.testing.assert_array_equal(a.train_mse, b.train_mse)
+        np.testing.assert_array_equal(a.lr, b.lr)
+
+
+def test_curves_round_trip_through_json_and_psnr_is_on_the_unit_scale():
+    fit = mb.EpochCurves(np.array([1e-4, np.nan]), np.array([4e-4, 4e-6]), None, np.array([1e-3, 1e-3]),
+                         np.array([1.0, 2.0]), 10, 0.25, 2)
+    again = mb.EpochCurves.from_json(fit.to_json())
+    np.testing.assert_allclose(again.psnr("train"), [40.0, 60.0])
+    assert again.first_epoch_at(56.0) == 2 and again.diverged_at == 2
+    with pytest.raises(ValueError, match="held out no pixels"):
+        again.psnr("heldout")
+
+
+def test_siren_spec_has_sirens_layers():
+    spec = mb.layers({"model": "siren", "hidden_features": 8, "hidden_layers": 2})
+    assert [(d.fan_in, d.fan_out, d.omega is not None) for d in spec] == [(2, 8, True), (8, 8, True), (8, 8, True),
+                                                                         (8, 1, False)]
+    with pytest.raises(ValueError, match="unknown activation|activation"):
+        mb.layers({**SMALL, "activation": "nope"})
