@@ -27,6 +27,11 @@ from torch import Tensor, nn
 SQRT2 = math.sqrt(2.0)
 
 
+def _check_wave(amplitude: float, period: float) -> None:
+    if not (math.isfinite(amplitude) and math.isfinite(period) and amplitude > 0 and period > 0):
+        raise ValueError(f"amplitude and period must be finite and positive, got {amplitude!r} and {period!r}")
+
+
 def _sign(value: int, name: str) -> int:
     if value not in (1, -1):
         raise ValueError(f"{name} must be 1 or -1, got {value!r}")
@@ -44,8 +49,7 @@ def triangle_wave(x: Tensor, amplitude: float = 1.5, period: float = 6.0) -> Ten
     With the paper's amplitude 1.5 and period 6 the slope is ``+-1`` everywhere, so ``T`` is
     ``int_0^x w(s) ds`` for an even ``w`` in ``{1, -1}`` as Theorem 2 requires.
     """
-    if amplitude <= 0 or period <= 0:
-        raise ValueError(f"amplitude and period must be positive, got {amplitude!r} and {period!r}")
+    _check_wave(amplitude, period)
     quarter = period / 4
     return (amplitude / quarter) * (torch.abs(torch.remainder(x - quarter, period) - 2 * quarter) - quarter)
 
@@ -85,8 +89,7 @@ class SBSNNTriangle(nn.Module):
 
     def __init__(self, amplitude: float = 1.5, period: float = 6.0):
         super().__init__()
-        if amplitude <= 0 or period <= 0:
-            raise ValueError(f"amplitude and period must be positive, got {amplitude!r} and {period!r}")
+        _check_wave(amplitude, period)
         self.amplitude = float(amplitude)
         self.period = float(period)
 
@@ -184,8 +187,10 @@ def strong_condition(f: Callable[[Tensor], Tensor], *, radius: float = 10.0, poi
     one-sided derivative at ``x`` with one at ``-x`` must satisfy
     ``f'(x)^2 + f'(-x)^2 = 2`` to within ``tol``.
     """
-    if radius <= 0 or points < 3:
-        raise ValueError(f"need radius > 0 and at least 3 points, got radius={radius!r}, points={points!r}")
+    if not (math.isfinite(radius) and radius > 0) or points < 3:
+        raise ValueError(f"need a finite radius > 0 and at least 3 points, got radius={radius!r}, points={points!r}")
+    if not (math.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tol must be finite and >= 0 (an infinite tolerance accepts anything), got {tol!r}")
     if not 0 < step < radius / points:
         raise ValueError(f"step must lie in (0, grid spacing), got {step!r}")
     x = torch.linspace(-radius, radius, points, dtype=torch.float64)

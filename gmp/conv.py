@@ -15,7 +15,6 @@ into the filter's weight and bias first).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -23,15 +22,9 @@ from torch import nn
 from torch.nn.modules.utils import _pair
 
 from gmp.hyperspherical import angles_to_unit, scaled_directions, unit_to_angles, uniform_directions
-from gmp.layers import INITS, MeanNorm
+from gmp.layers import ACTIVATIONS, INITS, MeanNorm, check_exact, polar
 
 __all__ = ["GmPConv2d", "convert_conv_block", "fold_batch_norm"]
-
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": F.relu,
-    "identity": lambda s: s,
-}
-
 
 class GmPConv2d(nn.Module):
     """A 2-D convolution whose filters are GmP units, Eq. (10) of Chen & Ge.
@@ -69,8 +62,8 @@ class GmPConv2d(nn.Module):
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"in_channels ({in_channels}) and out_channels ({out_channels}) must be "
                              f"divisible by groups ({groups})")
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}: expected one of {', '.join(_ACTIVATIONS)}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}: expected one of {', '.join(ACTIVATIONS)}")
         if init not in INITS:
             raise ValueError(f"unknown init {init!r}: expected one of {', '.join(INITS)}")
         self.kernel_size = _pair(kernel_size)
@@ -82,7 +75,7 @@ class GmPConv2d(nn.Module):
         self.stride, self.dilation = _pair(stride), _pair(dilation)
         self.padding = padding if isinstance(padding, str) else _pair(padding)
         self.activation, self.init = activation, init
-        self._act = _ACTIVATIONS[activation]
+        self._act = ACTIVATIONS[activation]
         self.fan_in = in_channels // groups * self.kernel_size[0] * self.kernel_size[1]
         kw = dict(device=device, dtype=dtype)
         if self.fan_in > 1:
@@ -119,23 +112,20 @@ class GmPConv2d(nn.Module):
         """Set ``r = ||w||``, ``lam = b / ||w||`` and ``theta`` from ``w / ||w||`` per filter (Eq. (5)).
 
         ``weight`` has the shape of a ``Conv2d`` weight (:attr:`kernel_shape`). Afterwards the
-        layer with ReLU equals ``relu(conv2d(x, weight, bias))``. Every filter must be nonzero.
+        layer with ReLU equals ``relu(conv2d(x, weight, bias))``. Every filter must be nonzero
+        and finite (see :func:`gmp.layers.polar`).
         """
         if tuple(weight.shape) != self.kernel_shape:
             raise ValueError(f"weight must have shape {self.kernel_shape}, got {tuple(weight.shape)}")
         if bias is not None and tuple(bias.shape) != (self.out_channels,):
             raise ValueError(f"bias must have shape ({self.out_channels},), got {tuple(bias.shape)}")
-        flat = weight.reshape(self.out_channels, self.fan_in)
-        norms = flat.norm(dim=1)
-        if bool((norms == 0).any()):
-            raise ValueError("every filter needs a nonzero weight to define its direction; filters "
-                             f"{torch.nonzero(norms == 0).flatten().tolist()} are zero")
+        direction, norms, lam = polar(weight.reshape(self.out_channels, self.fan_in), bias)
         if self.theta is None:
-            self.sign.copy_(torch.sign(flat))
+            self.sign.copy_(direction)
         else:
-            self.theta.copy_(unit_to_angles(flat))
+            self.theta.copy_(unit_to_angles(direction))
         self.r.copy_(norms)
-        self.lam.copy_(bias / norms if bias is not None else torch.zeros_like(norms))
+        self.lam.copy_(lam)
 
     @property
     def direction(self) -> torch.Tensor:
@@ -206,12 +196,13 @@ def convert_conv_block(modules: list[nn.Module], mean_norm: bool) -> tuple[nn.Mo
     statistics, :func:`fold_batch_norm`), with a :class:`gmp.MeanNorm` on its input when
     ``mean_norm``, and the number of modules it replaces. Otherwise None.
     """
-    if not modules or type(modules[0]) is not nn.Conv2d or modules[0].padding_mode != "zeros":
+    if not modules or not isinstance(modules[0], nn.Conv2d) or modules[0].padding_mode != "zeros":
         return None
     conv = modules[0]
     length = 2 if len(modules) > 1 and isinstance(modules[1], nn.BatchNorm2d) else 1
     if len(modules) <= length or not isinstance(modules[length], nn.ReLU):
         return None
+    check_exact(modules[:length + 1], (nn.Conv2d, nn.BatchNorm2d, nn.ReLU) if length == 2 else (nn.Conv2d, nn.ReLU))
     if length == 2:
         weight, bias = fold_batch_norm(conv, modules[1])
     else:

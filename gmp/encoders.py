@@ -55,12 +55,27 @@ class PositionalEncoding(nn.Module):
         return math.sqrt(2.0) * features.flatten(start_dim=-3)
 
     def forward(self, p: Tensor) -> Tensor:
+        """Encode ``p`` in float64 when it is float64 and in float32 otherwise (float16 and
+        bfloat16 inputs are encoded in float32 and the features rounded back at the end).
+        Integer input is refused, as are levels whose top frequency ``2^(L-1) pi`` leaves
+        no fraction of a turn in that precision (``2^(L-1) pi eps > 1``: every feature of
+        that level would be rounding noise)."""
+        if not p.is_floating_point():
+            raise ValueError(f"PositionalEncoding needs floating-point coordinates, got dtype {p.dtype}; "
+                             "convert them first, e.g. p.float() (integer frequencies would round pi to 3)")
+        compute = torch.float64 if p.dtype == torch.float64 else torch.float32
+        top = math.pi * 2.0 ** (self.levels - 1)
+        if top * torch.finfo(compute).eps > 1.0:
+            raise ValueError(f"levels={self.levels} is too many for {p.dtype} input: the top frequency "
+                             f"2^{self.levels - 1} pi = {top:.3g} leaves no precision in the {compute} "
+                             "encoding (use fewer levels or float64 coordinates)")
+        q = p.to(compute)
         if not self.rotated:
-            return self._encode(p)
+            return self._encode(q).to(p.dtype)
         if p.shape[-1] != 2:
             raise ValueError(f"the rotated encoder takes 2-D coordinates (..., 2), got shape {tuple(p.shape)}")
-        copies = [p @ rotation.to(p.dtype).T for rotation in self.rotations]
-        return torch.cat([self._encode(q) for q in copies], dim=-1)
+        copies = [q @ rotation.to(compute).T for rotation in self.rotations]
+        return torch.cat([self._encode(c) for c in copies], dim=-1).to(p.dtype)
 
     def extra_repr(self) -> str:
         return f"levels={self.levels}, rotated={self.rotated}"

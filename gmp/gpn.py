@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -79,7 +80,25 @@ def _resolve(phi: str | Activation) -> tuple[str | None, Activation]:
         return key, activation(phi)
     if not callable(phi):
         raise ValueError(f"expected an activation name or a torch callable, got {type(phi).__name__}")
+    probe = torch.linspace(-1.0, 1.0, 3, dtype=torch.float64, requires_grad=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # what a non-torch function warns before it fails
+            out = phi(probe)
+    except Exception as err:
+        raise ValueError(f"{_name(phi)} is not a torch function: applied to a float64 torch tensor it raised "
+                         f"{type(err).__name__}: {err}. Pass an elementwise torch function (e.g. torch.sin "
+                         "rather than math.sin or np.sin).") from None
+    if not isinstance(out, torch.Tensor) or out.shape != probe.shape:
+        raise ValueError(f"{_name(phi)} is not an elementwise torch function: applied to a torch tensor of "
+                         f"shape (3,) it returned {type(out).__name__} "
+                         f"{tuple(out.shape) if hasattr(out, 'shape') else ''}. Pass e.g. torch.tanh rather "
+                         "than np.tanh.")
     return None, phi
+
+
+def _name(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', None) or ''}.{getattr(fn, '__name__', repr(fn))}".lstrip(".")
 
 
 def _numpy_pair(phi: Activation, derivative: Activation | None
@@ -133,14 +152,19 @@ def _gaussian_integral(integrand: Callable[[np.ndarray], np.ndarray], what: str)
         with np.errstate(all="ignore"):
             values = np.asarray(integrand(nodes), dtype=np.float64).reshape(nodes.size, -1)
             weighted = values * np.concatenate([w, w])[:, None]
-        if not np.all(np.isfinite(weighted)):
-            raise ValueError(f"{what} is not finite: the integrand overflows; expected an "
-                             "activation with finite Gaussian moments")
+        for bad, kind in ((np.isnan(values), "NaN"), (np.isinf(values), "infinite (beyond float64)")):
+            if bad.any():
+                where = np.unique(nodes[bad.any(axis=1)])
+                raise ValueError(f"{what} cannot be computed: the integrand is {kind} at {where.size} "
+                                 f"quadrature nodes, x = {where[0]:.4g} ... {where[-1]:.4g}; evaluate the "
+                                 "activation (and its derivative) to finite float64 values on |x| <= 40")
         total = weighted.sum(axis=0)
         tail = np.abs(weighted[np.abs(nodes) > _CUTOFF - 2.0]).sum(axis=0)
         if np.any(tail > 1e-12 * np.maximum(1.0, np.abs(total))):
-            raise ValueError(f"{what} is not finite: the integrand does not decay under the "
-                             "Gaussian weight; expected an activation with finite Gaussian moments")
+            raise ValueError(f"{what} is infinite or too heavy-tailed to integrate: the integrand times the "
+                             f"Gaussian density still weighs {tail.max():.3g} at |x| > {_CUTOFF - 2.0:g} "
+                             f"(against a total of {np.abs(total).max():.3g}); expected an activation with "
+                             "finite Gaussian moments")
         results.append(total)
     coarse, fine = results
     if np.any(np.abs(fine - coarse) > 1e-9 * np.maximum(1.0, np.abs(fine))):

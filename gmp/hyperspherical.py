@@ -89,6 +89,15 @@ class _ScaledUnit(torch.autograd.Function):
         return grad_theta, grad_scale
 
 
+def _scaled_unit(theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """:class:`_ScaledUnit`, or under ``torch.compile`` the same formula in plain ops: its
+    forward writes into slices and its backward tests for degenerate rows on the host,
+    which a compiled graph cannot do; the compiler differentiates ``cumprod`` exactly itself."""
+    if torch.compiler.is_compiling():
+        return scale[:, None] * _angles_to_unit_reference(theta)
+    return _ScaledUnit.apply(theta, scale)
+
+
 def scaled_directions(theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``scale[:, None] * u(theta)``: rows of length ``|scale|`` along Eq. (6)'s unit vectors.
 
@@ -102,7 +111,7 @@ def scaled_directions(theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     _check_floating(theta, "theta")
     if theta.dim() != 2 or scale.shape != theta.shape[:1]:
         raise ValueError(f"expected theta (m, n - 1) and scale (m,), got {tuple(theta.shape)} and {tuple(scale.shape)}")
-    return _ScaledUnit.apply(theta, scale.to(theta.dtype))
+    return _scaled_unit(theta, scale.to(theta.dtype))
 
 
 def _check_floating(x: torch.Tensor, name: str) -> None:
@@ -125,7 +134,7 @@ def angles_to_unit(theta: torch.Tensor) -> torch.Tensor:
     """
     _check_floating(theta, "theta")
     flat = theta.reshape(math.prod(theta.shape[:-1]), theta.shape[-1])
-    unit = _ScaledUnit.apply(flat, torch.ones(flat.shape[0], dtype=theta.dtype, device=theta.device))
+    unit = _scaled_unit(flat, torch.ones(flat.shape[0], dtype=theta.dtype, device=theta.device))
     return unit.reshape(*theta.shape[:-1], theta.shape[-1] + 1)
 
 

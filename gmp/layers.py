@@ -23,17 +23,49 @@ __all__ = ["GmPLinear", "MeanNorm", "convert", "INITS"]
 INITS: tuple[str, ...] = ("uniform", "glorot")
 """The GmP initialisations, "uniform" (paper text, Sec. 3.3) and "glorot" (official code)."""
 
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+
+def identity(s: torch.Tensor) -> torch.Tensor:
+    """The activation of a GmP unit without a nonlinearity: ``s`` itself (a named function,
+    so that layers using it can be pickled)."""
+    return s
+
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
-    "identity": lambda s: s,
+    "identity": identity,
 }
+"""The named activations of GmP layers; the fast paths are chosen by the function object."""
+
+
+@torch.no_grad()
+def polar(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(w / ||w||, ||w||, b / ||w||)`` per row of ``weight`` (m, n): Eq. (5) of Chen & Ge.
+
+    The norms are computed as ``max|w| * ||w / max|w|| ||``, so weights near the largest or
+    smallest floats of their dtype neither overflow nor underflow. Non-finite weights or
+    biases, zero rows and norms or ``lam`` that the dtype cannot hold are refused.
+    """
+    if not bool(torch.isfinite(weight).all()) or (bias is not None and not bool(torch.isfinite(bias).all())):
+        raise ValueError("weight and bias must be finite; got NaN or infinite entries")
+    peak = weight.abs().amax(dim=1)
+    if bool((peak == 0).any()):
+        raise ValueError("every unit needs a nonzero weight vector to define its direction; "
+                         f"rows {torch.nonzero(peak == 0).flatten().tolist()} are zero")
+    direction = weight / peak[:, None]
+    norms = peak * direction.norm(dim=1)
+    direction = direction / (norms / peak)[:, None]
+    lam = bias / norms if bias is not None else torch.zeros_like(norms)
+    if not bool(torch.isfinite(norms).all() and torch.isfinite(lam).all()):
+        raise ValueError(f"the norms ||w|| or lam = b / ||w|| of these weights overflow {weight.dtype}")
+    return direction, norms, lam
 
 
 class MeanNorm(nn.Module):
     """Input mean normalization, Sec. 3.2 of Chen & Ge: ``x - E[x]``, no affine parameters.
 
     In training the mean is taken over the batch (and, for inputs of shape
-    ``(N, C, *spatial)``, over the spatial axes) and the running mean is updated as
+    ``(N, C, *spatial)``, over the spatial axes; like ``nn.BatchNorm`` it refuses an input
+    with only one value or none per feature) and the running mean is updated as
     ``running = (1 - momentum) * running + momentum * batch_mean``; in evaluation the
     running mean (initialised to zero) is subtracted. Gradients flow through the batch
     mean, as in batch normalization.
@@ -56,6 +88,10 @@ class MeanNorm(nn.Module):
                              f"got {tuple(x.shape)}")
         shape = (1, self.num_features) + (1,) * (x.dim() - 2)
         if self.training:
+            if x.numel() <= self.num_features:  # as nn.BatchNorm: the mean of one value is that value
+                raise ValueError(f"MeanNorm in training needs more than 1 value per feature, got input of "
+                                 f"shape {tuple(x.shape)} (an empty batch, or a batch of one without spatial "
+                                 "axes, would give a NaN running mean or an output of zeros)")
             axes = [0] + list(range(2, x.dim()))
             mean = x.mean(dim=axes)
             with torch.no_grad():
@@ -79,11 +115,13 @@ class GmPLinear(nn.Module):
         in_features: input size ``n`` (>= 1). With ``n = 1`` the direction is a fixed
             sign per unit (a buffer, no gradient); only ``lam`` and ``r`` learn.
         out_features: number of units.
-        activation: "relu", "identity" or a callable applied elementwise.
+        activation: "relu", "identity" or a callable applied elementwise (a callable is
+            always applied as given, whatever its name).
         init: "uniform" (paper text, Sec. 3.3: directions uniform on the sphere,
             ``lam = 0``, ``r = 1``) or "glorot" (official code: a Glorot-uniform weight
             ``w`` with zero bias converted, so ``r = ||w||``, ``lam = 0``).
-        mean_norm: put a :class:`MeanNorm` on the input (Eq. (11)).
+        mean_norm: put a :class:`MeanNorm` on the input (Eq. (11)); its mean is taken over
+            every leading axis of an input ``(..., in)``, as ``nn.Linear`` accepts any.
 
     Parameters: ``theta`` of shape (out, in - 1) (None when ``in_features == 1``),
     ``lam`` (out,), ``r`` (out,). ``r`` is not constrained to be positive.
@@ -101,10 +139,10 @@ class GmPLinear(nn.Module):
         if init not in INITS:
             raise ValueError(f"unknown init {init!r}: expected one of {', '.join(INITS)}")
         if isinstance(activation, str):
-            if activation not in _ACTIVATIONS:
+            if activation not in ACTIVATIONS:
                 raise ValueError(f"unknown activation {activation!r}: expected one of "
-                                 f"{', '.join(_ACTIVATIONS)} or a callable")
-            self._act = _ACTIVATIONS[activation]
+                                 f"{', '.join(ACTIVATIONS)} or a callable")
+            self._act = ACTIVATIONS[activation]
         elif callable(activation):
             self._act = activation
         else:
@@ -143,23 +181,21 @@ class GmPLinear(nn.Module):
         """Set ``r = ||w||``, ``lam = b / ||w||`` and ``theta`` from ``w / ||w||`` (Eq. (5)).
 
         Afterwards ``r * act(u . x + lam) == act(w . x + b)`` for a positively homogeneous
-        ``act`` such as ReLU. Every row of ``weight`` must be nonzero.
+        ``act`` such as ReLU. Every row of ``weight`` must be nonzero and finite
+        (see :func:`polar`).
         """
         if weight.shape != (self.out_features, self.in_features):
             raise ValueError(f"weight must have shape ({self.out_features}, {self.in_features}), "
                              f"got {tuple(weight.shape)}")
         if bias is not None and bias.shape != (self.out_features,):
             raise ValueError(f"bias must have shape ({self.out_features},), got {tuple(bias.shape)}")
-        norms = weight.norm(dim=1)
-        if bool((norms == 0).any()):
-            raise ValueError("every unit needs a nonzero weight vector to define its direction; "
-                             f"rows {torch.nonzero(norms == 0).flatten().tolist()} are zero")
+        direction, norms, lam = polar(weight, bias)
         if self.theta is None:
-            self.sign.copy_(torch.sign(weight))
+            self.sign.copy_(direction)
         else:
-            self.theta.copy_(unit_to_angles(weight))
+            self.theta.copy_(unit_to_angles(direction))
         self.r.copy_(norms)
-        self.lam.copy_(bias / norms if bias is not None else torch.zeros_like(norms))
+        self.lam.copy_(lam)
 
     @property
     def direction(self) -> torch.Tensor:
@@ -169,16 +205,20 @@ class GmPLinear(nn.Module):
         return angles_to_unit(self.theta)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.in_features:
+        if x.dim() < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"GmPLinear expects inputs of shape (..., {self.in_features}), got {tuple(x.shape)}")
         if self.mean_norm is not None:
-            x = self.mean_norm(x)
-        if self.theta is not None and (self._act is F.relu and bool((self.r > 0).all())
-                                       or self.activation == "identity"):
+            x = self.mean_norm(x.reshape(-1, self.in_features)).reshape(x.shape)
+        if self.theta is not None and (self._act is identity or self._act is F.relu and self._r_positive()):
             # r * relu(u . x + lam) = relu((r u) . x + r lam) for r > 0 (and any r without
             # activation): one matrix product, with r u(theta) built at the cost of u(theta).
             return self._act(F.linear(x, scaled_directions(self.theta, self.r), self.r * self.lam))
         return self._act(F.linear(x, self.direction, self.lam)) * self.r
+
+    def _r_positive(self) -> bool:
+        """Whether every ``r > 0``; False under ``torch.compile``, whose graph cannot branch on
+        the data (the general formula then serves, and the compiler fuses its product)."""
+        return not torch.compiler.is_compiling() and bool((self.r > 0).all())
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -193,9 +233,24 @@ def _converted(linear: nn.Linear, mean_norm: bool) -> GmPLinear:
     return layer
 
 
+def check_exact(modules: list[nn.Module], kinds: tuple[type[nn.Module], ...]) -> None:
+    """Refuse (ValueError) to convert a block whose modules do not compute exactly what their
+    classes ``kinds`` compute: a subclass that overrides ``forward``, or a module with hooks.
+    Replacing such a block by a GmP unit would silently change the network's function."""
+    for module, kind in zip(modules, kinds):
+        hooks = [name for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                   "_backward_pre_hooks") if getattr(module, name, None)]
+        if type(module).forward is not kind.forward or hooks:
+            why = (f"hooks ({', '.join(hooks)})" if hooks
+                   else f"{type(module).__name__}.forward overriding {kind.__name__}.forward")
+            raise ValueError(f"convert cannot convert {module!r} exactly: it is an nn.{kind.__name__} with "
+                             f"{why}. Use a plain nn.{kind.__name__} without hooks, or build the GmP unit by hand.")
+
+
 def _linear_block(modules: list[nn.Module], mean_norm: bool) -> tuple[nn.Module, int] | None:
     """The rule of :func:`convert` for ``nn.Linear -> nn.ReLU``: ``(unit, modules replaced)`` or None."""
     if len(modules) > 1 and isinstance(modules[0], nn.Linear) and isinstance(modules[1], nn.ReLU):
+        check_exact(modules[:2], (nn.Linear, nn.ReLU))
         return _converted(modules[0], mean_norm), 2
     return None
 
@@ -215,6 +270,13 @@ def convert(module: nn.Module, mean_norm: bool = False) -> nn.Module:
     holds batch normalization). A layer not followed by a ReLU (the output layer) stays
     standard (Sec. 3.1).
 
+    Only what can be converted exactly is converted, and the rest is refused, never
+    approximated: a block whose module subclasses ``nn.Linear`` / ``nn.Conv2d`` /
+    ``nn.BatchNorm2d`` / ``nn.ReLU`` with its own ``forward``, or carries hooks, raises
+    ValueError (:func:`check_exact`). A module used twice (tied weights) becomes
+    one unit used twice; if it is also used where it is not converted (once before a ReLU,
+    once not), the tie cannot be kept and ValueError is raised.
+
     With ``mean_norm=True`` every converted layer except the first one (in module order)
     gets a :class:`MeanNorm` on its input (Eq. (11): intermediate layers). Its running
     mean starts at zero, so the function is preserved in evaluation mode at conversion.
@@ -224,28 +286,33 @@ def convert(module: nn.Module, mean_norm: bool = False) -> nn.Module:
 
     if not isinstance(module, nn.Module):
         raise ValueError(f"convert expects a torch.nn.Module, got {type(module).__name__}")
-    result = copy.deepcopy(module)
+    result = copy.deepcopy(module)  # keeps ties: a module used twice is copied once
     rules = (_linear_block, convert_conv_block)
-    count = 0
+    units: dict[int, tuple[nn.Module, nn.Module]] = {}  # id(original) -> (original, its unit)
 
     def visit(parent: nn.Module) -> None:
-        nonlocal count
         if isinstance(parent, nn.Sequential):
             names = list(parent._modules)
             for i, this in enumerate(names):
                 following = [parent._modules[name] for name in names[i:]]
                 for rule in rules:
-                    found = rule(following, mean_norm and count > 0)
+                    found = rule(following, mean_norm and len(units) > 0)
                     if found is not None:
                         unit, length = found
+                        original = following[0]
+                        unit = units.setdefault(id(original), (original, unit))[1]
                         parent._modules[this] = unit
                         for name in names[i + 1:i + length]:
                             parent._modules[name] = nn.Identity()
-                        count += 1
                         break
         for child in parent.children():
             if not isinstance(child, GmPLinear):
                 visit(child)
 
     visit(result)
+    left = {id(m) for _, m in result.named_modules(remove_duplicate=False)} & set(units)
+    if left:
+        names = [name for name, m in result.named_modules(remove_duplicate=False) if id(m) in left]
+        raise ValueError(f"convert cannot keep a weight tie: the module at {', '.join(names)} is also "
+                         "used before a ReLU, where it would become a GmP unit; untie it first")
     return result

@@ -128,3 +128,25 @@ def test_haar_shortcut_matches_explicit_haar_matrices():
     se = torch.sqrt(shortcut.var(0) / runs + explicit.var(0) / runs)
     assert torch.all((shortcut.mean(0) - explicit.mean(0)).abs() < 4 * se)
     assert shortcut.shape == (runs, layers)
+
+
+# ---------------------------------------------------------------- issue 19: validated arguments
+
+@pytest.mark.parametrize("tol", [math.inf, math.nan, -1.0])
+def test_strong_condition_refuses_a_tolerance_that_accepts_anything(tol):
+    with pytest.raises(ValueError, match="tol"):
+        strong_condition(torch.tanh, tol=tol)
+
+
+@pytest.mark.parametrize("radius", [math.inf, math.nan])
+def test_strong_condition_refuses_a_non_finite_radius(radius):
+    with pytest.raises(ValueError, match="radius"):
+        strong_condition(torch.tanh, radius=radius)
+
+
+@pytest.mark.parametrize("kwargs", [dict(amplitude=math.nan), dict(period=math.nan), dict(amplitude=math.inf)])
+def test_triangle_wave_refuses_non_finite_shapes(kwargs):
+    with pytest.raises(ValueError, match="finite and positive"):
+        triangle_wave(torch.zeros(3), **kwargs)
+    with pytest.raises(ValueError, match="finite and positive"):
+        gmp.activations.SBSNNTriangle(**kwargs)

@@ -2,6 +2,7 @@
 standardisation, determinism, and MNIST / CIFAR-10 read through torchvision from small
 files in torchvision's own on-disk formats."""
 
+import gzip
 import hashlib
 import pickle
 import struct
@@ -82,12 +83,28 @@ def _fake_mnist1d(rng):
             "t": np.linspace(0, 1, 40), "templates": {"x": rng.normal(size=(10, 12))}}
 
 
+@pytest.fixture(autouse=True)
+def _own_verification_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+
+def _put(path, blob: bytes, monkeypatch, table=None, key=None, attr=None) -> None:
+    """Write a stand-in data file and make the loader expect its sha256 (for this test only)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(blob)
+    digest = hashlib.sha256(blob).hexdigest()
+    if table is not None:
+        monkeypatch.setitem(table, key, digest)
+    else:
+        monkeypatch.setattr(classification, attr, digest)
+
+
 @pytest.mark.parametrize("protocol", [3, 4, 5])
 def test_mnist1d_reads_the_original_pickle_when_the_npz_is_missing(tmp_path, monkeypatch, protocol):
     monkeypatch.setenv("GMP_DATA", str(tmp_path))
     fake = _fake_mnist1d(np.random.default_rng(protocol))
-    (tmp_path / "mnist1d").mkdir()
-    (tmp_path / classification.MNIST1D_PKL).write_bytes(pickle.dumps(fake, protocol=protocol))
+    _put(tmp_path / classification.MNIST1D_PKL, pickle.dumps(fake, protocol=protocol), monkeypatch,
+         attr="MNIST1D_PKL_SHA256")
     xt, yt = gmp.data.mnist1d(train=False)
     assert xt.shape == (20, 40)
     np.testing.assert_array_equal(yt.numpy(), fake["y_test"])
@@ -102,10 +119,37 @@ class _Evil:
 
 def test_mnist1d_pickle_with_anything_but_arrays_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("GMP_DATA", str(tmp_path))
-    (tmp_path / "mnist1d").mkdir()
-    (tmp_path / classification.MNIST1D_PKL).write_bytes(pickle.dumps({"x": _Evil()}))
+    _put(tmp_path / classification.MNIST1D_PKL, pickle.dumps({"x": _Evil()}), monkeypatch,
+         attr="MNIST1D_PKL_SHA256")
     with pytest.raises(pickle.UnpicklingError, match="refusing"):
         gmp.data.mnist1d()
+
+
+def test_a_pickle_that_is_not_the_original_is_refused_before_unpickling(tmp_path, monkeypatch):
+    monkeypatch.setenv("GMP_DATA", str(tmp_path))
+    (tmp_path / "mnist1d").mkdir()
+    (tmp_path / classification.MNIST1D_PKL).write_bytes(pickle.dumps({"x": _Evil()}))
+    with pytest.raises(DataUnavailableError, match=classification.MNIST1D_PKL_SHA256):
+        gmp.data.mnist1d()
+
+
+@pytest.mark.parametrize("corrupt", ["flipped byte", "wrong shape"])
+def test_a_corrupt_mnist1d_npz_is_refused_by_name(shared_mnist1d, tmp_path, monkeypatch, corrupt):
+    npz = tmp_path / "data" / classification.MNIST1D_NPZ
+    npz.parent.mkdir(parents=True)
+    if corrupt == "flipped byte":
+        blob = bytearray(shared_mnist1d.read_bytes())
+        blob[len(blob) // 2] ^= 0xFF
+        npz.write_bytes(bytes(blob))
+    else:
+        rng = np.random.default_rng(0)
+        np.savez(npz, x=rng.normal(size=(4000, 39)), y=np.zeros(4000), x_test=rng.normal(size=(1000, 39)),
+                 y_test=np.zeros(1000))
+    monkeypatch.setenv("GMP_DATA", str(tmp_path / "data"))
+    with pytest.raises(DataUnavailableError) as info:
+        gmp.data.mnist1d()
+    message = str(info.value)
+    assert str(npz) in message and classification.MNIST1D_NPZ_SHA256 in message and "copy the original" in message
 
 
 def test_mnist1d_offline_without_files_names_both_sources(tmp_path, monkeypatch):
@@ -126,15 +170,15 @@ def _idx(array: np.ndarray) -> bytes:
 
 
 @pytest.fixture
-def mnist_root(tmp_path):
+def mnist_root(tmp_path, monkeypatch):
+    """Small stand-ins for the four packed MNIST files (only the .gz, as downloaded)."""
     rng = np.random.default_rng(0)
     raw = tmp_path / "MNIST" / "raw"
-    raw.mkdir(parents=True)
     data = {"train": (rng.integers(0, 256, (30, 28, 28)), rng.integers(0, 10, 30)),
             "t10k": (rng.integers(0, 256, (12, 28, 28)), rng.integers(0, 10, 12))}
     for prefix, (images, labels) in data.items():
-        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(_idx(images))
-        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(_idx(labels))
+        for name, array in ((f"{prefix}-images-idx3-ubyte.gz", images), (f"{prefix}-labels-idx1-ubyte.gz", labels)):
+            _put(raw / name, gzip.compress(_idx(array), mtime=0), monkeypatch, classification.MNIST_SHA256, name)
     return tmp_path, data
 
 
@@ -150,6 +194,34 @@ def test_mnist_reads_idx_files_flattens_and_standardises_with_training_statistic
     expected = (data["t10k"][0] / 255.0 - pixels.mean()) / pixels.std()
     np.testing.assert_allclose(xt.numpy(), expected.reshape(12, 784), rtol=1e-5, atol=1e-5)
     assert abs(float(x.mean())) < 1e-5 and abs(float(x.std(unbiased=False)) - 1) < 1e-4
+
+
+def test_mnist_reads_the_packed_files_and_writes_nothing_into_the_data_folder(mnist_root):
+    root, _ = mnist_root
+    before = sorted(p.name for p in (root / "MNIST").rglob("*"))
+    gmp.data.mnist(root=root, train=False, download=False)
+    assert sorted(p.name for p in (root / "MNIST").rglob("*")) == before  # a read-only GMP_DATA works
+
+
+def test_mnist_with_a_flipped_byte_is_refused_by_name(mnist_root):
+    root, _ = mnist_root
+    path = root / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz"
+    blob = bytearray(path.read_bytes())
+    blob[100] ^= 0x01
+    path.write_bytes(bytes(blob))
+    with pytest.raises(DataUnavailableError) as info:
+        gmp.data.mnist(root=root, train=False, download=False)
+    assert str(path) in str(info.value) and classification.MNIST_SHA256[path.name] in str(info.value)
+
+
+def test_shared_mnist_gz_decodes_to_the_unpacked_original():
+    raw = gmp.data.data_root() / "MNIST" / "raw"
+    if not (raw / "t10k-labels-idx1-ubyte").is_file():
+        pytest.skip(f"{raw} not available offline")
+    images, labels = classification.mnist_arrays("t10k", download=False)
+    assert images.shape == (10000, 28, 28) and labels.shape == (10000,)
+    assert images.tobytes() == (raw / "t10k-images-idx3-ubyte").read_bytes()[16:]
+    assert labels.tobytes() == (raw / "t10k-labels-idx1-ubyte").read_bytes()[8:]
 
 
 def test_mnist_missing_offline_raises_data_unavailable(tmp_path):

@@ -120,3 +120,32 @@ def test_bad_input_raises_value_error():
         split_rows(100, 0, validation_fraction=0.0)
     with pytest.raises(ValueError, match="seed"):
         split_rows(100, -1)
+
+
+def _corrupt_yacht(edit, tmp_path, monkeypatch):
+    """Copy the shared yacht files into a fresh GMP_DATA, change one with ``edit``, load it."""
+    shared = data_root() / "uci" / "yacht"
+    if not shared.is_dir():
+        pytest.skip("UCI files not available offline")
+    folder = tmp_path / "data" / "uci" / "yacht"
+    folder.mkdir(parents=True)
+    for name in ("data.txt", "index_features.txt", "index_target.txt"):
+        (folder / name).write_bytes((shared / name).read_bytes())
+    name, change = edit
+    (folder / name).write_bytes(change((folder / name).read_bytes()))
+    monkeypatch.setenv("GMP_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    with pytest.raises(DataUnavailableError) as info:
+        uci_arrays("yacht")
+    return str(info.value), folder / name
+
+
+@pytest.mark.parametrize("edit", [
+    ("data.txt", lambda b: b.replace(b"0.", b"1.", 1)),            # a changed digit
+    ("data.txt", lambda b: b[: len(b) // 2].rsplit(b"\n", 1)[0] + b"\n"),  # half the rows
+    ("data.txt", lambda b: b"#" + b),                                 # loadtxt would drop row 0
+    ("index_target.txt", lambda b: b"5\n"),                           # the target would be a feature
+], ids=["digit", "truncated", "comment", "target"])
+def test_a_corrupt_uci_file_is_refused_not_loaded(edit, tmp_path, monkeypatch):
+    message, path = _corrupt_yacht(edit, tmp_path, monkeypatch)
+    assert str(path) in message and "sha256" in message and "Delete it" in message

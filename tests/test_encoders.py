@@ -73,3 +73,42 @@ def test_axis_energy_detects_line_patterns():
     assert axis_energy(np.sin(3 * x) + np.cos(5 * y)) == pytest.approx(1.0)
     assert axis_energy(np.sin(3 * x + 2 * y)) == pytest.approx(0.0, abs=1e-12)
     assert 0 < axis_energy(np.random.default_rng(0).normal(size=(32, 32))) < 0.2
+
+
+# ---------------------------------------------------------------- issue 19: safe dtypes
+
+def test_integer_coordinates_are_refused():
+    with pytest.raises(ValueError, match="floating-point"):
+        PositionalEncoding(3)(torch.tensor([[0, 1]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("rotated", [False, True])
+def test_half_precision_input_is_encoded_without_overflow(dtype, rotated):
+    p = (torch.rand(64, 2) * 2 - 1).to(dtype)
+    enc = PositionalEncoding(18, rotated=rotated)  # top frequency 2^17 pi > 65504, the float16 maximum
+    e = enc(p)
+    assert e.dtype == dtype and torch.isfinite(e).all()
+    expected = enc(p.float())  # float32 encoding of the same (rounded) coordinates
+    assert torch.allclose(e.float(), expected, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype,levels", [(torch.float32, 23), (torch.float16, 23), (torch.float64, 52)])
+def test_levels_the_precision_cannot_resolve_are_refused(dtype, levels):
+    enc = PositionalEncoding(levels)
+    with pytest.raises(ValueError, match="too many"):
+        enc(torch.zeros(1, 1, dtype=dtype))
+    PositionalEncoding(levels - 1)(torch.zeros(1, 1, dtype=dtype))  # one level fewer is fine
+
+
+@pytest.mark.parametrize("rotated", [False, True])
+def test_float32_and_float64_outputs_are_computed_as_before(rotated):
+    p = torch.rand(40, 2, dtype=torch.float64) * 2 - 1
+    enc = PositionalEncoding(6, rotated=rotated)
+    for dtype in (torch.float32, torch.float64):
+        q = p.to(dtype)
+        copies = [q @ r.to(dtype).T for r in enc.rotations] if rotated else [q]
+        angles = [c.unsqueeze(-1) * enc.frequencies.to(dtype) for c in copies]
+        before = torch.cat([math.sqrt(2.0) * torch.stack((a.sin(), a.cos()), dim=-1).flatten(start_dim=-3)
+                            for a in angles], dim=-1)
+        assert torch.equal(enc(q), before)

@@ -4,11 +4,12 @@ import hashlib
 import http.server
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from gmp.data import DataUnavailableError, fetch
+from gmp.data import DataUnavailableError, _fetch, fetch
 
 PAYLOAD = b"0.1 0.2 3.0\n0.4 0.5 6.0\n"
 SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -19,7 +20,26 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def do_GET(self):
         type(self).requests.append(self.path)
-        super().do_GET()
+        if self.path.startswith("/trickle"):  # 1 byte every 50 ms: each read is quick, the whole is slow
+            self._send(b"x" * 200, length=True, pause=0.05)
+        elif self.path.startswith("/big"):  # 4,000 bytes, announced or not
+            self._send(b"y" * 4000, length=self.path == "/big")
+        else:
+            super().do_GET()
+
+    def _send(self, body: bytes, length: bool, pause: float = 0.0):
+        self.send_response(200)
+        if length:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            for i in range(0, len(body), 1 if pause else 1000):
+                self.wfile.write(body[i:i + (1 if pause else 1000)])
+                self.wfile.flush()
+                time.sleep(pause)
+        except OSError:  # the client gave up
+            pass
+        self.close_connection = True
 
     def log_message(self, *args):
         pass
@@ -47,6 +67,7 @@ def data_dir(tmp_path, monkeypatch):
     for proxy in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(proxy, raising=False)  # 127.0.0.1 must be reached directly
     monkeypatch.setenv("GMP_DATA", str(root))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the verification cache of this test
     return root
 
 
@@ -101,3 +122,74 @@ def test_existing_file_is_not_downloaded_again(server, data_dir):
     second = fetch("uci/demo/data.txt", f"{base}/table.txt", SHA)
     assert second == first and second.read_bytes() == PAYLOAD
     assert requests == ["/table.txt"]
+
+
+def test_a_changed_local_file_is_refused_with_both_digests_and_how_to_restore(server, data_dir):
+    base, _, requests = server
+    path = fetch("uci/demo/data.txt", f"{base}/table.txt", SHA)
+    path.write_bytes(PAYLOAD.replace(b"0.4", b"0.5"))  # one changed digit
+    with pytest.raises(DataUnavailableError) as info:
+        fetch("uci/demo/data.txt", f"{base}/table.txt", SHA)
+    message = str(info.value)
+    assert str(path) in message and SHA in message and hashlib.sha256(path.read_bytes()).hexdigest() in message
+    assert "Delete it" in message and f"{base}/table.txt" in message
+    assert requests == ["/table.txt"]  # never silently replaced
+
+
+@pytest.mark.parametrize("corrupt", [lambda b: b[: len(b) // 2], lambda b: b"# " + b, lambda b: b + b"\n"])
+def test_a_file_put_in_place_by_hand_is_verified_too(data_dir, corrupt):
+    target = data_dir / "uci" / "demo" / "data.txt"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(corrupt(PAYLOAD))
+    with pytest.raises(DataUnavailableError, match="corrupt"):
+        fetch("uci/demo/data.txt", "http://127.0.0.1:9/table.txt", SHA)
+    target.write_bytes(PAYLOAD)
+    assert fetch("uci/demo/data.txt", "http://127.0.0.1:9/table.txt", SHA) == target
+
+
+def test_verification_is_cached_outside_gmp_data_and_redone_when_the_file_changes(data_dir, tmp_path, monkeypatch):
+    target = data_dir / "uci" / "demo" / "data.txt"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(PAYLOAD)
+    hashed = []
+    real = _fetch.sha256_of
+    monkeypatch.setattr(_fetch, "sha256_of", lambda path: hashed.append(path) or real(path))
+    for _ in range(3):
+        fetch("uci/demo/data.txt", "http://127.0.0.1:9/table.txt", SHA)
+    assert len(hashed) == 1  # the second and third reads cost no hashing
+    assert _fetch.verified_cache().is_relative_to(tmp_path / "xdg") and _fetch.verified_cache().is_file()
+    assert _leftovers(data_dir) == ["data.txt"]  # nothing written into GMP_DATA
+    target.write_bytes(PAYLOAD[:-2] + b"7\n")  # same size, new mtime
+    with pytest.raises(DataUnavailableError, match="corrupt"):
+        fetch("uci/demo/data.txt", "http://127.0.0.1:9/table.txt", SHA)
+    assert len(hashed) == 2
+
+
+def test_missing_file_with_download_disabled_raises_at_once(server, data_dir):
+    base, _, requests = server
+    with pytest.raises(DataUnavailableError, match="download=False"):
+        fetch("uci/demo/data.txt", f"{base}/table.txt", SHA, download=False)
+    assert requests == []
+
+
+def test_a_trickling_server_is_cut_off_at_the_deadline(server, data_dir):
+    base, _, _ = server
+    start = time.monotonic()
+    with pytest.raises(DataUnavailableError, match="deadline=0.5"):
+        fetch("uci/demo/data.txt", f"{base}/trickle", SHA, timeout=5, deadline=0.5)
+    assert time.monotonic() - start < 3.0  # the whole body would take 10 s
+    assert _leftovers(data_dir) == []
+
+
+@pytest.mark.parametrize("path", ["/big", "/big-without-length"])
+def test_a_download_larger_than_max_bytes_is_refused(server, data_dir, path):
+    base, _, _ = server
+    with pytest.raises(DataUnavailableError, match="max_bytes=1000"):
+        fetch("uci/demo/data.txt", f"{base}{path}", SHA, max_bytes=1000)
+    assert _leftovers(data_dir) == []
+
+
+@pytest.mark.parametrize("kwargs", [dict(deadline=0), dict(max_bytes=-1)])
+def test_limits_must_be_positive(data_dir, kwargs):
+    with pytest.raises(ValueError, match="positive"):
+        fetch("uci/demo/data.txt", "http://127.0.0.1:9/table.txt", SHA, **kwargs)

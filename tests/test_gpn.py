@@ -139,7 +139,7 @@ def test_value_errors():
         gmp.gpn_constants(torch.sign)  # autograd gives 0 almost everywhere
     with pytest.raises(ValueError, match="no real root"):
         gmp.gpn_constants(lambda x: x + 2 * torch.sign(x))  # a jump breaks Theorem 1
-    with pytest.raises(ValueError, match="not finite"):
+    with pytest.raises(ValueError, match="infinite"):
         gmp.gaussian_moments(lambda x: torch.exp(x ** 2))
     with pytest.raises(ValueError, match="unknown activation"):
         gmp.gpn_constants("swish2")
@@ -154,3 +154,31 @@ def test_make_activation_names():
     x = torch.linspace(-2, 2, 5)
     assert torch.allclose(gmp.make_activation("LeakyReLU")(x), F.leaky_relu(x, 0.01))
     assert torch.allclose(gmp.make_activation("GELU")(x), x * torch.sigmoid(1.702 * x))
+
+
+# ---------------------------------------------------------------- issue 19: say what happened
+
+@pytest.mark.parametrize("phi", [math.sin, np.tanh, math.tanh, lambda x: x.detach().numpy()],
+                         ids=["math.sin", "np.tanh", "math.tanh", "returns numpy"])
+def test_a_function_that_is_not_torch_is_named_as_such(phi):
+    for call in (gmp.gpn_constants, gmp.gaussian_moments, lambda f: gmp.hermite_coefficients(f, 3), gmp.GPN):
+        with pytest.raises(ValueError, match="torch function"):
+            call(phi)
+
+
+def test_nan_in_the_integrand_is_reported_as_nan_not_overflow():
+    with pytest.raises(ValueError, match="NaN at") as info:
+        gmp.gaussian_moments(lambda x: torch.where(x > 3, torch.full_like(x, math.nan), x))
+    assert "overflow" not in str(info.value) and "not finite" not in str(info.value)
+
+
+def test_finite_moments_that_float64_cannot_evaluate_are_not_called_infinite():
+    # exp(x^2/2) exp(-x^2/2) = 1 has finite moments, but exp(800) overflows at the outer nodes
+    with pytest.raises(ValueError, match="cannot be computed") as info:
+        gmp.gaussian_moments(lambda x: torch.exp(x ** 2 / 2) * torch.exp(-x ** 2 / 2))
+    assert "x = -40" in str(info.value) and "is not finite" not in str(info.value)
+
+
+def test_a_heavy_tail_is_reported_with_its_weight():
+    with pytest.raises(ValueError, match="heavy-tailed to integrate: .* still weighs"):
+        gmp.gaussian_moments(lambda x: torch.where(x.abs() > 38, torch.full_like(x, 1e154), x))

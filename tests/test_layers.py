@@ -177,3 +177,142 @@ def test_fast_path_for_positive_scales_matches_the_general_formula():
     reference.square().sum().backward()
     for got, expected in zip(fast, (layer.theta.grad, layer.lam.grad, layer.r.grad)):
         assert torch.allclose(got, expected, atol=1e-12)
+
+
+# ---------------------------------------------------------------- issue 19: refuse what cannot be done right
+
+def test_mean_norm_of_a_sequence_input_centres_the_feature_axis():
+    torch.manual_seed(0)
+    layer = gmp.GmPLinear(4, 3, mean_norm=True, dtype=torch.float64)
+    x = torch.randn(5, 7, 4, dtype=torch.float64) + torch.tensor([1.0, -2.0, 3.0, 0.5], dtype=torch.float64)
+    centred = x - x.reshape(-1, 4).mean(dim=0)  # over batch and time, per feature, as nn.BatchNorm1d would
+    expected = layer.r * torch.relu(centred @ layer.direction.T + layer.lam)
+    assert torch.allclose(layer(x), expected, atol=1e-12)
+    assert torch.allclose(layer.mean_norm.running_mean, 0.01 * x.reshape(-1, 4).mean(dim=0), atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (1, 3), (1, 3, 1, 1)])
+def test_mean_norm_in_training_refuses_an_empty_batch_or_a_single_value(shape):
+    norm = gmp.MeanNorm(3)
+    with pytest.raises(ValueError, match="more than 1 value per feature"):
+        norm(torch.randn(shape))
+    assert torch.equal(norm.running_mean, torch.zeros(3))  # untouched, not NaN
+    norm.eval()
+    assert norm(torch.randn(shape)).shape == shape  # evaluation uses the running mean: fine
+    assert gmp.MeanNorm(3).train()(torch.randn(1, 3, 2, 2)).abs().sum() > 0  # one image, 4 values each: fine
+
+
+class _Scaled(nn.Linear):
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+def test_convert_refuses_a_linear_subclass_with_its_own_forward():
+    with pytest.raises(ValueError, match="_Scaled.forward overriding Linear.forward"):
+        gmp.convert(nn.Sequential(_Scaled(3, 4), nn.ReLU(), nn.Linear(4, 1)))
+
+
+def test_convert_refuses_a_linear_or_relu_with_hooks_and_accepts_a_plain_subclass():
+    hooked = nn.Linear(3, 4)
+    hooked.register_forward_hook(lambda module, args, out: out * 0)
+    with pytest.raises(ValueError, match="hooks"):
+        gmp.convert(nn.Sequential(hooked, nn.ReLU(), nn.Linear(4, 1)))
+    relu = nn.ReLU()
+    relu.register_forward_pre_hook(lambda module, args: (args[0] + 1,))
+    with pytest.raises(ValueError, match="hooks"):
+        gmp.convert(nn.Sequential(nn.Linear(3, 4), relu))
+    out = nn.Linear(4, 1)
+    out.register_forward_hook(lambda module, args, y: y)  # not converted, so allowed
+    subclass = type("Renamed", (nn.Linear,), {})(3, 4)  # forward inherited: exact
+    net = gmp.convert(nn.Sequential(subclass, nn.ReLU(), out))
+    assert isinstance(net[0], gmp.GmPLinear) and net[2] is not out and net[2]._forward_hooks
+
+
+def test_convert_keeps_a_weight_tie_as_one_unit_used_twice():
+    torch.manual_seed(0)
+    tied = nn.Linear(4, 4, dtype=torch.float64)
+    net = nn.Sequential(tied, nn.ReLU(), tied, nn.ReLU(), nn.Linear(4, 1, dtype=torch.float64))
+    converted = gmp.convert(net)
+    assert isinstance(converted[0], gmp.GmPLinear) and converted[2] is converted[0]
+    assert len(list(converted.parameters())) == len(list(net.parameters())) + 1  # theta, lam, r once
+    x = torch.randn(6, 4, dtype=torch.float64)
+    assert torch.allclose(converted(x), net(x), atol=1e-12)
+
+
+def test_convert_refuses_a_tie_it_cannot_keep():
+    tied = nn.Linear(4, 4)
+    with pytest.raises(ValueError, match="weight tie"):
+        gmp.convert(nn.Sequential(tied, nn.ReLU(), tied))
+
+
+def test_a_callable_named_identity_is_applied_as_given():
+    def identity(s):
+        return s ** 2
+
+    torch.manual_seed(0)
+    layer = gmp.GmPLinear(3, 2, activation=identity, dtype=torch.float64)
+    with torch.no_grad():
+        layer.r.copy_(torch.tensor([0.5, 3.0]))
+    x = torch.randn(5, 3, dtype=torch.float64)
+    expected = layer.r * (x @ layer.direction.T + layer.lam) ** 2
+    assert torch.allclose(layer(x), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("in_features", [1, 2, 5])
+def test_set_weight_refuses_non_finite_weights_on_every_path(in_features):
+    layer = gmp.GmPLinear(in_features, 2)
+    weight = torch.ones(2, in_features)
+    weight[1, 0] = float("nan")
+    with pytest.raises(ValueError, match="finite"):
+        layer.set_weight(weight)
+    with pytest.raises(ValueError, match="finite"):
+        layer.set_weight(torch.ones(2, in_features), torch.tensor([0.0, float("inf")]))
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-30])
+@pytest.mark.parametrize("in_features", [1, 3])
+def test_set_weight_computes_the_norm_without_overflow_or_underflow(scale, in_features):
+    torch.manual_seed(0)
+    weight = torch.randn(4, in_features, dtype=torch.float64)
+    layer = gmp.GmPLinear(in_features, 4)  # float32
+    layer.set_weight((weight * scale).float())
+    expected = weight.norm(dim=1) * scale
+    assert torch.allclose(layer.r.double(), expected, rtol=1e-5)
+    assert torch.allclose(layer.direction.double(), weight / weight.norm(dim=1, keepdim=True), atol=1e-5)
+
+
+def test_set_weight_refuses_a_norm_the_dtype_cannot_hold():
+    with pytest.raises(ValueError, match="overflow"):
+        gmp.GmPLinear(4, 1).set_weight(torch.full((1, 4), 3e38))
+
+
+@pytest.mark.parametrize("make", [lambda: gmp.GmPLinear(3, 2, activation="identity"),
+                                  lambda: gmp.GmPConv2d(2, 3, 3, activation="identity"),
+                                  lambda: gmp.models.resnet34("gmp_mn", width=4, num_classes=3)],
+                         ids=["linear", "conv", "resnet34-gmp_mn"])
+def test_layers_with_the_identity_activation_can_be_saved(make, tmp_path):
+    import pickle
+
+    module = make()
+    torch.save(module, tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt", weights_only=False)
+    assert pickle.loads(pickle.dumps(module)) is not None
+    x = torch.randn(2, 3) if isinstance(module, gmp.GmPLinear) else torch.randn(2, module.conv1.in_channels
+                                                                               if hasattr(module, "conv1") else 2, 8, 8)
+    module.eval(), loaded.eval()
+    assert torch.equal(module(x), loaded(x))
+
+
+@pytest.mark.parametrize("r_sign", [1.0, -1.0])
+def test_gmp_linear_compiles_without_graph_breaks(r_sign):
+    torch.manual_seed(0)
+    layer = gmp.GmPLinear(5, 3, mean_norm=True)
+    with torch.no_grad():
+        layer.r.mul_(r_sign)
+    x = torch.randn(4, 5)
+    expected = layer(x)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    got = compiled(x)
+    assert torch.allclose(got, expected, atol=1e-6)
+    got.sum().backward()
+    assert layer.theta.grad is not None and torch.isfinite(layer.theta.grad).all()

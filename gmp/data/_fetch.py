@@ -1,24 +1,47 @@
-"""Find a data file under ``GMP_DATA``, or download it from its public source and verify it."""
+"""Find a data file under ``GMP_DATA``, or download it from its public source, and verify it.
+
+Every file a loader reads is checked against its known sha256, whether it was just
+downloaded or was already there. A file whose digest is known to match is remembered in a
+small JSON file under ``$XDG_CACHE_HOME/gmp-verified/`` (default
+``~/.cache/gmp-verified/``), keyed by its absolute path, size and ``mtime_ns``, so that a
+second read costs one ``stat`` and no hashing. That cache lives outside ``GMP_DATA``, which
+may be read-only. (A file rewritten in place with its old size and mtime restored would pass
+unnoticed; any ordinary edit, copy or truncation changes the mtime.)
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 DATA_ENV = "GMP_DATA"
 
+DOWNLOAD_DEADLINE = 600.0
+"""Seconds a whole download may take by default, however steadily the server sends."""
+
+DOWNLOAD_MAX_BYTES = 256 * 2**20
+"""Bytes a download may have by default (the largest file a loader fetches is about 10 MB)."""
+
 
 class DataUnavailableError(FileNotFoundError):
-    """A data file is neither under ``GMP_DATA`` nor downloadable."""
+    """A data file is neither under ``GMP_DATA`` (intact) nor downloadable."""
 
 
 def data_root() -> Path:
     """``$GMP_DATA``, else ``~/.cache/gmp``."""
     return Path(os.environ.get(DATA_ENV) or Path.home() / ".cache" / "gmp").expanduser()
+
+
+def verified_cache() -> Path:
+    """The JSON file that remembers verified files: ``$XDG_CACHE_HOME/gmp-verified/sha256.json``."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "gmp-verified" / "sha256.json"
 
 
 def sha256_of(path: Path) -> str:
@@ -29,18 +52,76 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def fetch(relpath: str, url: str, sha256: str, *, timeout: float = 60.0) -> Path:
-    """Return ``GMP_DATA/relpath``, downloading it from ``url`` first when it is missing.
+def _read_cache() -> dict[str, list]:
+    try:
+        entries = json.loads(verified_cache().read_text())
+    except (OSError, ValueError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
 
-    A download is written to a temporary file, checked against ``sha256`` and only then
-    moved into place, so an interrupted or corrupted download never leaves a bad file.
-    A file already present is trusted (the shared offline copies are read-only).
+
+def _remember(key: str, stamp: list) -> None:
+    """Add ``key -> stamp`` to the cache atomically; an unwritable cache only costs a re-hash later."""
+    cache = verified_cache()
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        entries = _read_cache()
+        entries[key] = stamp
+        fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=".sha256.", suffix=".json")
+        with os.fdopen(fd, "w") as out:
+            json.dump(entries, out)
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+
+
+def verify(path: Path, sha256: str, *, restore: str) -> Path:
+    """Return ``path`` if its sha256 is ``sha256``; else raise :class:`DataUnavailableError`
+    naming the file, both digests and ``restore`` (how to get the original back).
+
+    A match is cached by (absolute path, size, ``mtime_ns``), see the module docstring.
     """
-    target = data_root() / relpath
-    if target.is_file():
-        return target
+    path = Path(path)
+    stat = path.stat()
+    key = str(path.resolve())
+    stamp = [stat.st_size, stat.st_mtime_ns, sha256]
+    if _read_cache().get(key) == stamp:
+        return path
+    got = sha256_of(path)
+    if got != sha256:
+        raise DataUnavailableError(
+            f"data file {path} is corrupt or not the expected file: its sha256 is {got}, expected "
+            f"{sha256}. {restore}")
+    _remember(key, stamp)
+    return path
+
+
+def fetch(relpath: str, url: str, sha256: str, *, timeout: float = 60.0,
+          deadline: float = DOWNLOAD_DEADLINE, max_bytes: int = DOWNLOAD_MAX_BYTES,
+          root: str | Path | None = None, download: bool = True) -> Path:
+    """Return ``root/relpath`` (``root`` defaults to ``GMP_DATA``) after checking its sha256,
+    downloading it from ``url`` first when it is missing.
+
+    A file already present is verified with :func:`verify` (cached, so a second read does
+    not hash it again); a mismatch raises :class:`DataUnavailableError` that says to
+    delete the file so that it is downloaded again. A download is written to a temporary
+    file, checked against ``sha256`` and only then moved into place, so an interrupted or
+    corrupted download never leaves a bad file. ``timeout`` bounds each network read,
+    ``deadline`` the whole download (checked after every block received, so it is exceeded
+    by at most one ``timeout``) and ``max_bytes`` its size. With ``download=False`` a
+    missing file raises at once.
+    """
+    if not deadline > 0 or not max_bytes > 0:
+        raise ValueError(f"deadline and max_bytes must be positive, got {deadline!r} and {max_bytes!r}")
+    folder = Path(root) if root is not None else data_root()
+    target = folder / relpath
     hint = (f"Put the file at {target} (set {DATA_ENV} to the folder that holds your data, "
             f"now {data_root()}), or connect to the internet so that it can be downloaded.")
+    if target.is_file():
+        return verify(target, sha256, restore=f"Delete it so that it is downloaded again from {url}, "
+                                              "or copy the original file over it.")
+    if not download:
+        raise DataUnavailableError(f"data file {relpath!r} is missing and download=False. Source: {url}. {hint}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -48,9 +129,7 @@ def fetch(relpath: str, url: str, sha256: str, *, timeout: float = 60.0) -> Path
                                    f"created ({err}). Source: {url}. {hint}") from None
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-            for block in iter(lambda: response.read(1 << 20), b""):
-                out.write(block)
+        _download(url, fd, timeout=timeout, deadline=deadline, max_bytes=max_bytes)
         got = sha256_of(Path(tmp))
         if got != sha256:
             raise DataUnavailableError(f"download of {relpath!r} from {url} has sha256 {got}, expected "
@@ -63,4 +142,27 @@ def fetch(relpath: str, url: str, sha256: str, *, timeout: float = 60.0) -> Path
                                    f"{url} ({err}). {hint}") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
+    _remember(str(target.resolve()), [target.stat().st_size, target.stat().st_mtime_ns, sha256])
     return target
+
+
+class _DownloadLimit(OSError):
+    """The download ran past its deadline or size cap (reported as a DataUnavailableError)."""
+
+
+def _download(url: str, fd: int, *, timeout: float, deadline: float, max_bytes: int) -> None:
+    """Copy ``url`` into the open file ``fd``, within ``deadline`` seconds and ``max_bytes`` bytes."""
+    start = time.monotonic()
+    received = 0
+    with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=min(timeout, deadline)) as response:
+        length = response.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > max_bytes:
+            raise _DownloadLimit(f"the server announces {int(length)} bytes, more than max_bytes={max_bytes}")
+        while block := response.read1(1 << 16):
+            received += len(block)
+            if received > max_bytes:
+                raise _DownloadLimit(f"more than max_bytes={max_bytes} bytes received")
+            if time.monotonic() - start > deadline:
+                raise _DownloadLimit(f"the download took longer than deadline={deadline} s "
+                                     f"({received} bytes received)")
+            out.write(block)

@@ -5,7 +5,9 @@ standardised inputs, shape (rows, features), and ``y`` an int64 tensor of class 
 ``0 .. 9``. The statistics of the standardisation always come from the training split,
 so a test split is transformed exactly like the training split.
 
-* :func:`mnist`, :func:`cifar10`: the data sets of Lu et al., read with
+* :func:`mnist`, :func:`cifar10`: the data sets of Lu et al. MNIST is read from its four
+  packed ``.gz`` files under ``GMP_DATA/MNIST/raw`` (fetched and sha256-verified like every
+  other file, decompressed in memory, so a read-only data folder works); CIFAR-10 with
   ``torchvision.datasets`` from ``GMP_DATA`` (downloaded there by torchvision when
   missing). Pixels are scaled to [0, 1], then each colour channel is standardised with
   the mean and standard deviation of the training split (the usual
@@ -21,14 +23,16 @@ so a test split is transformed exactly like the training split.
 
 from __future__ import annotations
 
+import gzip
 import io
+import math
 import pickle
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from gmp.data._fetch import DataUnavailableError, data_root, fetch
+from gmp.data._fetch import DataUnavailableError, data_root, fetch, verify
 
 MNIST1D_NPZ = "mnist1d/mnist1d_data.npz"
 MNIST1D_NPZ_SHA256 = "0c12143d1b0adcce13fe66055175f153069ab179a66006f3df15afade9876237"
@@ -39,6 +43,17 @@ MNIST1D_PKL = "mnist1d/mnist1d_data.pkl"
 MNIST1D_PKL_URL = f"https://raw.githubusercontent.com/greydanus/mnist1d/{MNIST1D_COMMIT}/mnist1d_data.pkl"
 MNIST1D_PKL_SHA256 = "e95257676e9fb04568e46dda007da22cc8664ccba1451456afde55d7f6dd6aa5"
 """The original file of ``greydanus/mnist1d`` that ``mnist1d.data.get_dataset()`` downloads."""
+
+MNIST_URL = "https://ossci-datasets.s3.amazonaws.com/mnist/{name}"
+"""The first mirror of ``torchvision.datasets.MNIST``."""
+
+MNIST_SHA256: dict[str, str] = {
+    "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+    "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+    "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+    "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+}
+"""The four original MNIST files of LeCun et al. (data README, section 6)."""
 
 NUM_CLASSES = 10
 
@@ -118,6 +133,9 @@ def mnist1d_arrays() -> dict[str, np.ndarray]:
     """
     npz = data_root() / MNIST1D_NPZ
     if npz.is_file():
+        verify(npz, MNIST1D_NPZ_SHA256, restore="No public URL serves this npz: copy the original over it "
+               f"(data README, section 4), or delete it so that the original pickle {MNIST1D_PKL} is "
+               f"downloaded from {MNIST1D_PKL_URL} instead.")
         with np.load(npz, allow_pickle=False) as data:
             return {k: data[k] for k in ("x", "y", "x_test", "y_test")}
     try:
@@ -150,35 +168,57 @@ def _per_channel(train: np.ndarray, split: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(out.transpose(0, 3, 1, 2)).reshape(len(split), -1))
 
 
-def _torchvision(kind: str, root: str | Path | None, train: bool, download: bool):
-    """The torchvision training set and the requested split of ``kind`` ("MNIST" or "CIFAR10")."""
+def _cifar10_sets(root: str | Path | None, train: bool, download: bool):
+    """torchvision's CIFAR-10 training set and the requested split."""
     _check_train(train)
-    from torchvision import datasets
+    from torchvision.datasets import CIFAR10
 
     folder = Path(root) if root is not None else data_root()
-    cls = getattr(datasets, kind)
     try:
-        train_set = cls(str(folder), train=True, download=download)
-        split = train_set if train else cls(str(folder), train=False, download=False)
+        train_set = CIFAR10(str(folder), train=True, download=download)
+        split = train_set if train else CIFAR10(str(folder), train=False, download=False)
     except (RuntimeError, OSError) as err:
-        where = folder / ("MNIST/raw" if kind == "MNIST" else "cifar-10-batches-py")
         raise DataUnavailableError(
-            f"{kind} is not available under {where} ({err}). torchvision downloads it there from its "
+            f"CIFAR10 is not available under {folder / 'cifar-10-batches-py'} ({err}). torchvision downloads it there from its "
             f"public source when download=True and the internet is reachable; set GMP_DATA (now "
             f"{data_root()}) or pass root= to the folder that holds it.") from None
     return train_set, split
+
+
+def _idx(path: Path) -> np.ndarray:
+    """The uint8 array of a gzipped IDX file (magic ``0 0 0x08 ndim``, big-endian uint32 sizes)."""
+    raw = gzip.decompress(path.read_bytes())
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+    if raw[:3] != b"\x00\x00\x08" or len(raw) != 4 + 4 * ndim + math.prod(shape):
+        raise DataUnavailableError(f"{path} is not a uint8 IDX file of the size its header states")
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape).copy()  # writable
+
+
+def mnist_arrays(prefix: str, root: str | Path | None = None, download: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Images (rows, 28, 28) and labels (rows,) of MNIST's ``prefix`` split ("train" or "t10k"),
+    from ``root/MNIST/raw/<prefix>-*-idx?-ubyte.gz`` (``root`` defaults to ``GMP_DATA``),
+    downloaded from :data:`MNIST_URL` when missing and checked against :data:`MNIST_SHA256`.
+    Nothing is written next to them (the unpacked copies torchvision makes are not needed)."""
+    def read(kind: str) -> np.ndarray:
+        name = f"{prefix}-{kind}.gz"
+        return _idx(fetch(f"MNIST/raw/{name}", MNIST_URL.format(name=name), MNIST_SHA256[name],
+                          root=root, download=download))
+
+    return read("images-idx3-ubyte"), read("labels-idx1-ubyte")
 
 
 def mnist(root: str | Path | None = None, train: bool = True,
           download: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """MNIST (60,000 training / 10,000 test images), flattened to 784 standardised features.
 
-    Read by ``torchvision.datasets.MNIST`` from ``root/MNIST/raw`` (``root`` defaults to
-    ``GMP_DATA``). Standardised with the training split's pixel mean and std.
+    Read by :func:`mnist_arrays` from the packed files in ``root/MNIST/raw`` (``root``
+    defaults to ``GMP_DATA``). Standardised with the training split's pixel mean and std.
     """
-    train_set, split = _torchvision("MNIST", root, train, download)
-    return (_per_channel(train_set.data.numpy()[..., None], split.data.numpy()[..., None]),
-            _labels(split.targets.numpy()))
+    _check_train(train)
+    train_images, train_labels = mnist_arrays("train", root, download)
+    images, labels = (train_images, train_labels) if train else mnist_arrays("t10k", root, download)
+    return _per_channel(train_images[..., None], images[..., None]), _labels(labels)
 
 
 def cifar10(root: str | Path | None = None, train: bool = True,
@@ -190,5 +230,5 @@ def cifar10(root: str | Path | None = None, train: bool = True,
     channel is standardised with the training split's mean and std; features are ordered
     channel, row, column, like the tensor ``transforms.ToTensor`` would give.
     """
-    train_set, split = _torchvision("CIFAR10", root, train, download)
+    train_set, split = _cifar10_sets(root, train, download)
     return _per_channel(train_set.data, split.data), _labels(np.asarray(split.targets))
