@@ -75,8 +75,21 @@ def results_root() -> Path | None:
     return root / RESULTS_PATH if root else None
 
 
+def _read_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o644 & ~_read_umask()  # read once, at import: os.umask is process-wide and not thread-safe
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
+
+    The file is readable by everyone (mode 0644 less the process's umask, as ``open`` would
+    give), not private like the temporary file it starts as, so a shared checkout can read it.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -84,6 +97,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,4 +1,6 @@
 import json
+import os
+import stat
 import sys
 import threading
 import time
@@ -207,3 +209,12 @@ def test_a_unit_another_worker_is_computing_is_waited_for_not_computed_twice(cha
     got["second"] = results.Store("fake_chapter", cfg).memo("u", second)
     worker.join()
     assert calls == ["first"] and got == {"first": "first", "second": "first"}
+
+
+def test_atomic_writes_are_readable_by_others_not_private_like_a_temporary_file(tmp_path):
+    mask = os.umask(0o022)
+    os.umask(mask)
+    results.atomic_write_bytes(tmp_path / "a" / "x.bin", b"data")
+    results.atomic_write_json(tmp_path / "y.json", {"a": 1})
+    for path in (tmp_path / "a" / "x.bin", tmp_path / "y.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~mask
