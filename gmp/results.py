@@ -25,6 +25,7 @@ import os
 import pkgutil
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,9 @@ class Store:
     def memo(self, key: str, compute: Callable[[], Any], wait: bool = True) -> Any:
         """Return the journalled value of ``key``, or compute, journal and return it.
 
+        The value is returned as the journal holds it, after a JSON round trip (dict keys
+        become strings, tuples lists), whether it was computed now or resumed.
+
         Under ``gmp.runs`` several workers may share the journal: a unit that another worker
         is computing is waited for (a lock file beside its scratch file, on POSIX systems)
         and then read from the journal, not computed twice. With ``wait=False`` such a unit
@@ -258,9 +262,8 @@ class Store:
         if key in self._journal:
             return self._journal[key]
         if self._journal_path is None:
-            value = compute()
-            self._journal[key] = json.loads(json.dumps(value))
-            return value
+            self._journal[key] = json.loads(json.dumps(compute()))
+            return self._journal[key]
         lock = self.scratch(key).with_suffix(".lock")
         lock.parent.mkdir(parents=True, exist_ok=True)
         with open(lock, "a") as held:
@@ -289,7 +292,7 @@ class Store:
             handle.flush()
             os.fsync(handle.fileno())
         self.scratch(key).unlink(missing_ok=True)
-        return value
+        return self._journal[key]
 
     def cached(self, name: str, scale: str = "paper") -> Cached:
         return cached(self.chapter, name, scale)
@@ -320,13 +323,26 @@ def journal_path(chapter: str, scale: str, digest: str) -> Path | None:
 
 
 def journal_entries(path: Path) -> list[dict[str, Any]]:
-    """The complete entries of a journal (a line cut short by an interruption is skipped)."""
+    """The complete entries of a journal: JSON objects with a string ``key`` and a ``value``.
+
+    A line cut short by an interruption (not valid JSON) is skipped. A line that is not an
+    entry (valid JSON of another shape, or bytes that are not UTF-8) is skipped with a
+    warning naming the file and the line, so that it never blocks a resume.
+    """
     entries = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
+    for number, raw in enumerate(path.read_bytes().splitlines() if path.is_file() else [], start=1):
         try:
-            entries.append(json.loads(line))
+            entry = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            warnings.warn(f"{path}, line {number}: skipped, not UTF-8 text", stacklevel=2)
+            continue
         except json.JSONDecodeError:
             continue
+        if not (isinstance(entry, dict) and isinstance(entry.get("key"), str) and "value" in entry):
+            warnings.warn(f"{path}, line {number}: skipped, not a journal entry "
+                          f"(a JSON object with a string 'key' and a 'value'): {raw[:80]!r}", stacklevel=2)
+            continue
+        entries.append(entry)
     return entries
 
 

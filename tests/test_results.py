@@ -218,3 +218,35 @@ def test_atomic_writes_are_readable_by_others_not_private_like_a_temporary_file(
     results.atomic_write_json(tmp_path / "y.json", {"a": 1})
     for path in (tmp_path / "a" / "x.bin", tmp_path / "y.json"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~mask
+
+
+def test_a_journal_line_of_the_wrong_shape_is_skipped_with_a_warning_not_blocking_a_resume(chapter, tmp_path,
+                                                                                            monkeypatch):
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    cfg = config.load("fake_chapter", "paper")
+    journal = results.journal_path("fake_chapter", "paper", cfg.digest)
+    journal.parent.mkdir(parents=True)
+    journal.write_bytes(b'{"key": "a", "value": 1}\n123\n{"value": 2}\n{"key": 5, "value": 2}\n\xff\xfe\n'
+                        b'{"key": "b", "value": 3}\n{"key": "c", "va')
+    with pytest.warns(UserWarning) as caught:
+        assert results.journal_units(journal) == {"a": 1, "b": 3}
+    assert sorted(str(w.message).split(":")[0] for w in caught) == [
+        f"{journal}, line {n}" for n in (2, 3, 4, 5)]
+    assert "not UTF-8" in str(caught[-1].message)
+    with pytest.warns(UserWarning):
+        store = results.Store("fake_chapter", cfg)
+        assert store.memo("a", lambda: pytest.fail("recomputed a journalled unit")) == 1
+        assert store.memo("c", lambda: 4) == 4
+    with pytest.warns(UserWarning):
+        assert results.journal_units(journal) == {"a": 1, "b": 3, "c": 4}
+
+
+@pytest.mark.parametrize("under_runner", [False, True])
+def test_memo_returns_the_same_type_fresh_and_resumed(chapter, tmp_path, monkeypatch, under_runner):
+    if under_runner:
+        monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    cfg = config.load("fake_chapter", "paper")
+    fresh = results.Store("fake_chapter", cfg).memo("u", lambda: {0: 1.5, "t": (1, 2)})
+    assert fresh == {"0": 1.5, "t": [1, 2]}
+    if under_runner:
+        assert results.Store("fake_chapter", cfg).memo("u", lambda: pytest.fail("recomputed")) == fresh
