@@ -3,7 +3,8 @@
 Layout, for a chapter ``book/<part>/<chapter>.md`` run at some scale::
 
     book/_results/<chapter>/<scale>/
-        provenance.json     commit, versions, device, date, wall time, config and its digest
+        provenance.json     commit, versions, device, date, wall time, config and its digest,
+                            and the sha256 of every other file of the folder
         <name>.json         one payload per result (plain JSON)
         <name>.npz          optional arrays beside it
         <chapter>.ipynb     the notebook as papermill executed it
@@ -12,13 +13,15 @@ Only ``python -m gmp.runs`` writes there: it sets ``GMP_RESULTS_STAGING`` to a p
 folder, the chapter's :meth:`Store.save` calls write into it, and the runner moves it into
 place when the run succeeds. A chapter built by Jupyter Book, or opened in Colab, only
 reads. A cached result whose config digest differs from the chapter's current config is
-reported as stale, never as current.
+reported as stale, and one whose files fail their hashes or cannot be read as corrupt,
+never as current.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import html
 import json
 import os
@@ -49,7 +52,9 @@ NOT_REPRODUCED = "not reproduced"
 NOT_RUN = "not yet run at paper scale"
 #: Shown when the paper-scale cache was computed with a different config.
 STALE = "stale: config changed since the paper-scale run"
-#: The verdicts a claim's rule may give; the ledger adds :data:`NOT_RUN` and :data:`STALE`.
+#: Shown when the paper-scale cache fails its checks (a file edited, missing or unreadable).
+CORRUPT = "corrupt: the paper-scale cache fails its checks"
+#: The verdicts a claim's rule may give; the ledger adds :data:`NOT_RUN`, :data:`STALE` and :data:`CORRUPT`.
 VERDICTS: tuple[str, ...] = (REPRODUCED, PARTLY, NOT_REPRODUCED)
 
 STAGING_ENV = "GMP_RESULTS_STAGING"
@@ -124,12 +129,16 @@ def _check_name(name: str) -> None:
 
 def missing_cell(status: str) -> str:
     """What a table cell shows where a paper-scale cache with this status has no value for it."""
-    return {"absent": NOT_RUN, "stale": "stale cache"}.get(status, "—")
+    return {"absent": NOT_RUN, "stale": "stale cache", "corrupt": "corrupt cache"}.get(status, "—")
 
 
 @dataclasses.dataclass(frozen=True)
 class Cached:
-    """One cached result: ``status`` is "current", "stale" or "absent"."""
+    """One cached result: ``status`` is "current", "stale", "corrupt" or "absent".
+
+    "corrupt" means the cache fails its checks (``problem`` says how): a payload file differs
+    from what the run wrote, is missing, or cannot be read. Its payload is never returned.
+    """
 
     chapter: str
     name: str
@@ -140,6 +149,8 @@ class Cached:
     provenance: dict[str, Any] | None = None
     units: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The units (key to value) that an unfinished run with the current config has journalled (if absent)."""
+    problem: str | None = None
+    """What is wrong with a corrupt cache."""
 
     @property
     def journalled(self) -> int:
@@ -158,6 +169,9 @@ class Cached:
                     f"{self.journalled} finished units, and {command} resumes from them. No claim is judged on them.")
         if self.status == "absent":
             return f"Not yet run at {self.scale} scale: run {command}."
+        if self.status == "corrupt":
+            return (f"CORRUPT: the {self.scale}-scale cache of {self.name!r} fails its checks ({self.problem}); "
+                    f"it is not shown. Rerun {command} (or restore the folder from git).")
         p = self.provenance or {}
         commit = str(p.get("commit", "?"))
         commit = commit[:10] + (" with uncommitted changes" if commit.endswith("+dirty") else "")
@@ -167,18 +181,19 @@ class Cached:
         if p.get("resumed_units"):
             when += (f" after resuming {p['resumed_units']} units journalled by earlier, interrupted attempts "
                      f"({_duration(p.get('resumed_seconds'))} of computing)")
+        checks = "" if "payload_sha256" in p else " Payload hashes not recorded (a cache written before they were)."
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
-                    f"they are not shown as current. Rerun {command}.")
-        return f"{self.scale.capitalize()}-scale results cached {when}."
+                    f"they are not shown as current. Rerun {command}.{checks}")
+        return f"{self.scale.capitalize()}-scale results cached {when}.{checks}"
 
     def note(self):
         """An HTML admonition for the chapter (renders in the book, Jupyter and Colab)."""
         from IPython.display import HTML
 
-        kind = {"current": "note", "stale": "warning", "absent": "important"}[self.status]
-        title = {"current": "Cached paper-scale run", "stale": "Stale cached results",
+        kind = {"current": "note", "stale": "warning", "corrupt": "error", "absent": "important"}[self.status]
+        title = {"current": "Cached paper-scale run", "stale": "Stale cached results", "corrupt": "Corrupt cached results",
                  "absent": "Unfinished paper-scale run" if self.journalled else "Not yet run at paper scale"}[self.status]
         if self.scale != "paper":
             title = title.replace("paper-scale", f"{self.scale}-scale").replace("paper scale", f"{self.scale} scale")
@@ -299,21 +314,75 @@ class Store:
 
 
 def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
-    """Read the cached result ``name`` of ``chapter`` at ``scale`` and check it is current."""
+    """Read the cached result ``name`` of ``chapter`` at ``scale`` and check it is current.
+
+    Its files are checked against the sha256 hashes that ``gmp.runs`` records in
+    ``provenance.json`` (caches written before that have none); a cache that fails a check
+    or cannot be read is returned with status "corrupt", never as current.
+    """
     _check_name(name)
     root = results_root()
     folder = root / chapter / scale if root else None
-    if folder is None or not (folder / f"{name}.json").is_file() or not (folder / "provenance.json").is_file():
+    try:
+        found = _read_cache(folder, name) if folder is not None else None
+    except CorruptCache as err:
+        return Cached(chapter, name, scale, "corrupt", problem=str(err))
+    if found is None:
         return Cached(chapter, name, scale, "absent", units=_journalled(chapter, scale))
-    provenance = json.loads((folder / "provenance.json").read_text())
-    payload = json.loads((folder / f"{name}.json").read_text())
-    arrays = None
-    if (folder / f"{name}.npz").is_file():
-        with np.load(folder / f"{name}.npz", allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+    provenance, payload, arrays = found
     current = _config.load(chapter, scale).digest
     status = "current" if provenance.get("config_digest") == current else "stale"
     return Cached(chapter, name, scale, status, payload, arrays, provenance)
+
+
+class CorruptCache(Exception):
+    """A cache folder fails its checks (see :func:`cached`)."""
+
+
+def payload_hashes(folder: Path) -> dict[str, str]:
+    """The sha256 of every file of a cache folder but ``provenance.json``, by path relative to it."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "provenance.json"}
+
+
+def _read_cache(folder: Path, name: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, np.ndarray] | None] | None:
+    """``(provenance, payload, arrays)`` of result ``name`` in ``folder``, None if absent; raises :class:`CorruptCache`."""
+    json_file, npz_file = folder / f"{name}.json", folder / f"{name}.npz"
+    if not (folder / "provenance.json").is_file():
+        if json_file.is_file():
+            raise CorruptCache(f"{json_file.name} has no provenance.json beside it")
+        return None
+    try:
+        provenance = json.loads((folder / "provenance.json").read_bytes())
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        raise CorruptCache(f"provenance.json cannot be read: {err}") from None
+    hashes = provenance.get("payload_sha256") if isinstance(provenance, dict) else None
+    if not isinstance(provenance, dict) or not isinstance(hashes, (dict, type(None))):
+        raise CorruptCache("provenance.json is not a provenance record")
+    for path in (json_file, npz_file) if hashes is not None else ():
+        recorded, present = hashes.get(path.name), path.is_file()
+        if recorded is None and present:
+            raise CorruptCache(f"{path.name} was not written by the run (provenance.json has no hash of it)")
+        if recorded is not None and not present:
+            raise CorruptCache(f"{path.name} is missing")
+        if present and hashlib.sha256(path.read_bytes()).hexdigest() != recorded:
+            raise CorruptCache(f"{path.name} differs from the file the run wrote (sha256 mismatch)")
+    if not json_file.is_file():
+        return None
+    try:
+        payload = json.loads(json_file.read_bytes())
+    except ValueError as err:
+        raise CorruptCache(f"{json_file.name} cannot be read: {err}") from None
+    if not isinstance(payload, dict):
+        raise CorruptCache(f"{json_file.name} holds a {type(payload).__name__}, not a JSON object")
+    arrays = None
+    if npz_file.is_file():
+        try:
+            with np.load(npz_file, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+        except Exception as err:  # a damaged zip raises any of BadZipFile, zlib.error, ValueError, OSError, EOFError
+            raise CorruptCache(f"{npz_file.name} cannot be read: {type(err).__name__}: {err}") from None
+    return provenance, payload, arrays
 
 
 def journal_path(chapter: str, scale: str, digest: str) -> Path | None:
@@ -392,6 +461,8 @@ def _paper_scale_cell(chapter: str, claim: Claim) -> tuple[str, str]:
         return "—", NOT_RUN
     if entry.status == "stale":
         return "—", STALE
+    if entry.status == "corrupt":
+        return "—", CORRUPT
     return claim.evaluate(entry.payload)
 
 
@@ -463,7 +534,7 @@ def ledger(link_prefix: str = ""):
     rows = ledger_rows(link_prefix)
     if not rows:
         return _table(rows)
-    verdicts = [*VERDICTS, NOT_RUN, STALE]
+    verdicts = [*VERDICTS, NOT_RUN, STALE, CORRUPT]
     counts = {paper: dict.fromkeys(verdicts, 0) for paper in dict.fromkeys(r["Paper"] for r in rows)}
     for row in rows:
         counts[row["Paper"]][row["verdict"]] += 1

@@ -198,6 +198,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
         "resumed_seconds": round(sum(e.get("seconds", 0.0) for e in resumed), 1),
         "command": f"python -m gmp.runs {chapter} --scale {scale} --device {device} --seed {seed}"
                    + (f" --jobs {jobs}" if jobs > 1 else ""),
+        "payload_sha256": _results.payload_hashes(staging),
     }
     _results.atomic_write_json(staging / "provenance.json", provenance)
     final = results_dir / scale

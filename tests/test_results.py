@@ -250,3 +250,57 @@ def test_memo_returns_the_same_type_fresh_and_resumed(chapter, tmp_path, monkeyp
     assert fresh == {"0": 1.5, "t": [1, 2]}
     if under_runner:
         assert results.Store("fake_chapter", cfg).memo("u", lambda: pytest.fail("recomputed")) == fresh
+
+
+def _publish_hashed(tmp_path, payload, arrays=None):
+    """A cache as gmp.runs writes it: provenance.json records the sha256 of every other file."""
+    folder = tmp_path / "_results" / "fake_chapter" / "paper"
+    results.atomic_write_json(folder / "summary.json", payload)
+    if arrays:
+        results.atomic_write_bytes(folder / "summary.npz", results._npz_bytes(arrays))
+    results.atomic_write_json(folder / "provenance.json", {
+        "config_digest": config.load("fake_chapter", "paper").digest, "date": "2026-11-22 00:00 UTC",
+        "payload_sha256": results.payload_hashes(folder)})
+    return folder
+
+
+def test_an_edited_or_missing_payload_file_is_corrupt_not_current(chapter, tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    folder = _publish_hashed(tmp_path, {"gap": 0.25}, {"curve": np.arange(3.0)})
+    entry = results.cached("fake_chapter", "summary")
+    assert entry.current and "hashes not recorded" not in entry.describe()
+    (folder / "summary.json").write_text('{"gap": 0.0}')
+    corrupt = results.cached("fake_chapter", "summary")
+    assert corrupt.status == "corrupt" and not corrupt.current and corrupt.payload is None
+    assert "summary.json differs from the file the run wrote" in corrupt.describe()
+    assert "CORRUPT" in corrupt.describe() and "error" in corrupt.note().data
+    assert results.missing_cell("corrupt") == "corrupt cache"
+    [row] = results.ledger_rows()
+    assert row["verdict"] == results.CORRUPT
+    folder = _publish_hashed(tmp_path, {"gap": 0.25}, {"curve": np.arange(3.0)})
+    (folder / "summary.npz").unlink()
+    assert results.cached("fake_chapter", "summary").problem == "summary.npz is missing"
+    (folder / "summary.json").unlink()
+    assert results.cached("fake_chapter", "summary").problem == "summary.json is missing"
+    folder = _publish_hashed(tmp_path, {"gap": 0.25})
+    results.atomic_write_bytes(folder / "summary.npz", results._npz_bytes({"curve": np.arange(3.0)}))
+    assert "summary.npz was not written by the run" in results.cached("fake_chapter", "summary").problem
+
+
+@pytest.mark.parametrize("damage", ["payload_json", "payload_list", "npz", "provenance", "no_provenance"])
+def test_an_unreadable_cache_without_hashes_is_corrupt_not_an_exception(chapter, tmp_path, damage):
+    folder = _publish(tmp_path, "paper", {"gap": 0.25}, config.load("fake_chapter", "paper").digest)
+    assert "Payload hashes not recorded" in results.cached("fake_chapter", "summary").describe()
+    if damage == "payload_json":
+        (folder / "summary.json").write_text('{"gap": 0.2')
+    elif damage == "payload_list":
+        (folder / "summary.json").write_text("[1]")
+    elif damage == "npz":
+        (folder / "summary.npz").write_bytes(b"PK\x03\x04 not a zip")
+    elif damage == "provenance":
+        (folder / "provenance.json").write_bytes(b"\xff{")
+    else:
+        (folder / "provenance.json").unlink()
+    entry = results.cached("fake_chapter", "summary")
+    assert entry.status == "corrupt" and entry.payload is None and entry.problem
+    assert entry.problem in entry.describe()

@@ -51,6 +51,8 @@ def test_a_successful_run_is_cached_with_provenance(book):
     assert provenance["config"] == {"n": 1} and provenance["seed"] == 7
     assert provenance["device"].startswith("cpu") and provenance["wall_time_s"] > 0
     assert {"commit", "gmp_version", "torch_version", "date"} <= set(provenance)
+    assert provenance["payload_sha256"] == results.payload_hashes(final)
+    assert set(provenance["payload_sha256"]) == {"summary.json", "fake_chapter.ipynb"}
     executed = nbformat.read(final / "fake_chapter.ipynb", as_version=4)
     assert any(c.metadata.get("tags") == ["injected-parameters"] for c in executed.cells)
     assert results.cached("fake_chapter", "summary", "smoke").status == "current"
