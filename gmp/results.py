@@ -4,7 +4,8 @@ Layout, for a chapter ``book/<part>/<chapter>.md`` run at some scale::
 
     book/_results/<chapter>/<scale>/
         provenance.json     commit, versions, device, date, wall time, config and its digest,
-                            and the sha256 of every other file of the folder
+                            the code fingerprint (per-module hashes of gmp), and the
+                            sha256 of every other file of the folder
         <name>.json         one payload per result (plain JSON)
         <name>.npz          optional arrays beside it
         <chapter>.ipynb     the notebook as papermill executed it
@@ -14,13 +15,15 @@ folder, the chapter's :meth:`Store.save` calls write into it, and the runner mov
 place when the run succeeds. A chapter built by Jupyter Book, or opened in Colab, only
 reads. A cached result whose config digest differs from the chapter's current config is
 reported as stale, and one whose files fail their hashes or cannot be read as corrupt,
-never as current.
+never as current. One computed by gmp code that has changed since stays current, and says
+in which modules the code changed (:func:`code_fingerprint`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import html
 import json
@@ -151,6 +154,10 @@ class Cached:
     """The units (key to value) that an unfinished run with the current config has journalled (if absent)."""
     problem: str | None = None
     """What is wrong with a corrupt cache."""
+    code_changed: tuple[str, ...] | None = None
+    """The gmp modules changed since the cached run (None when it recorded no code fingerprint)."""
+    units_code: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """:func:`resumed_code` of the journalled :attr:`units`: how many today's code did not compute."""
 
     @property
     def journalled(self) -> int:
@@ -166,7 +173,8 @@ class Cached:
         command = f"`python -m gmp.runs {self.chapter} --scale {self.scale}`"
         if self.status == "absent" and self.journalled:
             return (f"Not finished at {self.scale} scale: an unfinished run with the current config has journalled "
-                    f"{self.journalled} finished units, and {command} resumes from them. No claim is judged on them.")
+                    f"{self.journalled} finished units{_units_code_text(self.units_code)}, and {command} resumes "
+                    f"from them. No claim is judged on them.")
         if self.status == "absent":
             return f"Not yet run at {self.scale} scale: run {command}."
         if self.status == "corrupt":
@@ -180,8 +188,16 @@ class Cached:
                f"wall time {_duration(p.get('wall_time_s'))}"
         if p.get("resumed_units"):
             when += (f" after resuming {p['resumed_units']} units journalled by earlier, interrupted attempts "
-                     f"({_duration(p.get('resumed_seconds'))} of computing)")
+                     f"({_duration(p.get('resumed_seconds'))} of computing"
+                     f"{_units_code_text(p.get('resumed_code', {}))})")
         checks = "" if "payload_sha256" in p else " Payload hashes not recorded (a cache written before they were)."
+        if self.code_changed is None:
+            checks += " Code fingerprint not recorded, so whether gmp has changed since is unknown."
+        elif self.code_changed:
+            checks += (f" CODE CHANGED since: the gmp modules {', '.join(self.code_changed)} differ from those of "
+                       f"that run; the numbers are that run's (rerun {command} to recompute them).")
+        else:
+            checks += " The gmp code is unchanged since."
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
@@ -195,10 +211,23 @@ class Cached:
         kind = {"current": "note", "stale": "warning", "corrupt": "error", "absent": "important"}[self.status]
         title = {"current": "Cached paper-scale run", "stale": "Stale cached results", "corrupt": "Corrupt cached results",
                  "absent": "Unfinished paper-scale run" if self.journalled else "Not yet run at paper scale"}[self.status]
+        if self.status == "current" and self.code_changed:
+            title += " (code changed since)"
         if self.scale != "paper":
             title = title.replace("paper-scale", f"{self.scale}-scale").replace("paper scale", f"{self.scale} scale")
         return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{html.escape(title)}</p>'
                     f"<p>{_inline_code(html.escape(self.describe()))}</p></div>")
+
+
+def _units_code_text(summary: Mapping[str, Any]) -> str:
+    """The part of a sentence on journalled units that today's code did not compute (see :func:`resumed_code`)."""
+    parts = []
+    if summary.get("other_code_units"):
+        parts.append(f"{summary['other_code_units']} of them by code that differs from today's in "
+                     f"{', '.join(summary['changed_modules'])}")
+    if summary.get("code_not_recorded_units"):
+        parts.append(f"{summary['code_not_recorded_units']} of them with no code fingerprint recorded")
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def _inline_code(text: str) -> str:
@@ -232,9 +261,12 @@ class Store:
         self.staging = Path(staging) if staging else None
         self._journal: dict[str, Any] = {}
         self._journal_path: Path | None = None
+        self._codes_in_journal: set[str] = set()
         if self.staging is not None:
             self._journal_path = self.staging.parent / "_partial" / f"{cfg.scale}-{cfg.digest}.jsonl"
-            self._journal = journal_units(self._journal_path)
+            entries = journal_entries(self._journal_path)
+            self._journal = {entry["key"]: entry["value"] for entry in entries}
+            self._codes_in_journal = set(journal_code(entries))
 
     def save(self, name: str, payload: Mapping[str, Any],
              arrays: Mapping[str, np.ndarray] | None = None) -> Path | None:
@@ -269,6 +301,9 @@ class Store:
         The value is returned as the journal holds it, after a JSON round trip (dict keys
         become strings, tuples lists), whether it was computed now or resumed.
 
+        Each journal entry names the :func:`code_fingerprint` of the code that computed it
+        (with its per-module hashes the first time a process journals).
+
         Under ``gmp.runs`` several workers may share the journal: a unit that another worker
         is computing is waited for (a lock file beside its scratch file, on POSIX systems)
         and then read from the journal, not computed twice. With ``wait=False`` such a unit
@@ -296,7 +331,12 @@ class Store:
     def _compute_and_journal(self, key: str, compute: Callable[[], Any]) -> Any:
         started = time.perf_counter()
         value = compute()
-        line = json.dumps({"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3)})
+        code = code_fingerprint()
+        entry = {"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3), "code": code["digest"]}
+        if code["digest"] not in self._codes_in_journal:
+            entry["modules"] = code["modules"]
+            self._codes_in_journal.add(code["digest"])
+        line = json.dumps(entry)
         self._journal[key] = json.loads(line)["value"]
         with open(self._journal_path, "a+b") as handle:
             if handle.seek(0, os.SEEK_END):
@@ -328,11 +368,15 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     except CorruptCache as err:
         return Cached(chapter, name, scale, "corrupt", problem=str(err))
     if found is None:
-        return Cached(chapter, name, scale, "absent", units=_journalled(chapter, scale))
+        entries = _journalled(chapter, scale)
+        return Cached(chapter, name, scale, "absent", units={e["key"]: e["value"] for e in entries},
+                      units_code=resumed_code(entries))
     provenance, payload, arrays = found
     current = _config.load(chapter, scale).digest
     status = "current" if provenance.get("config_digest") == current else "stale"
-    return Cached(chapter, name, scale, status, payload, arrays, provenance)
+    modules = (provenance.get("code") or {}).get("modules")
+    code_changed = tuple(changed_modules(modules)) if isinstance(modules, dict) else None
+    return Cached(chapter, name, scale, status, payload, arrays, provenance, code_changed=code_changed)
 
 
 class CorruptCache(Exception):
@@ -420,9 +464,61 @@ def journal_units(path: Path) -> dict[str, Any]:
     return {entry["key"]: entry["value"] for entry in journal_entries(path)}
 
 
-def _journalled(chapter: str, scale: str) -> dict[str, Any]:
+def _journalled(chapter: str, scale: str) -> list[dict[str, Any]]:
     path = journal_path(chapter, scale, _config.load(chapter, scale).digest)
-    return journal_units(path) if path else {}
+    return journal_entries(path) if path else []
+
+
+@functools.cache
+def code_fingerprint() -> dict[str, Any]:
+    """The code this process runs: ``{"digest": ..., "modules": {path: hash}}``.
+
+    ``modules`` holds the SHA-256 (16 hex digits) of each source file of the imported
+    package ``gmp`` (:func:`gmp.bookcache.module_digests`, the files that
+    :func:`gmp.bookcache.package_digest` hashes), by its path inside the package, such as
+    ``"experiments/chen_levy.py"``; ``digest`` identifies them all. Computed once per process.
+    """
+    from gmp.bookcache import module_digests
+
+    modules = module_digests(Path(__file__).resolve().parent)
+    return {"digest": hashlib.sha256(json.dumps(modules, sort_keys=True).encode()).hexdigest()[:16],
+            "modules": modules}
+
+
+def changed_modules(modules: Mapping[str, str]) -> list[str]:
+    """The modules of a recorded fingerprint's ``modules`` that today's code has changed or removed.
+
+    Modules added since are not listed: a new module cannot have changed an old result
+    unless an old module changed to use it.
+    """
+    today = code_fingerprint()["modules"]
+    return sorted(module for module, digest in modules.items() if today.get(module) != digest)
+
+
+def journal_code(entries: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """The per-module hashes of each code fingerprint (by digest) that journal ``entries`` record."""
+    return {entry["code"]: entry["modules"] for entry in entries
+            if isinstance(entry.get("code"), str) and isinstance(entry.get("modules"), dict)}
+
+
+def resumed_code(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many units of journal ``entries`` today's code did not compute, and why.
+
+    ``other_code_units``: units whose recorded code differs from today's, in the modules
+    ``changed_modules``; ``code_not_recorded_units``: units journalled with no code
+    fingerprint (before gmp recorded one). A unit journalled twice counts once, by its last entry.
+    """
+    today = code_fingerprint()
+    codes = {today["digest"]: today["modules"], **journal_code(entries)}
+    other, unrecorded, changed = 0, 0, set()
+    for entry in {entry["key"]: entry for entry in entries}.values():
+        modules = codes.get(entry.get("code"))
+        if modules is None:
+            unrecorded += 1
+        elif differ := changed_modules(modules):
+            other += 1
+            changed.update(differ)
+    return {"other_code_units": other, "code_not_recorded_units": unrecorded, "changed_modules": sorted(changed)}
 
 
 @dataclasses.dataclass(frozen=True)

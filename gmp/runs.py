@@ -136,6 +136,19 @@ def _work(chapter: str, scale: str, device: str, seed: int, index: int, jobs: in
         store.memo(key, todo[key])
 
 
+def _announce_resume(chapter: str, journal: Path, code: dict) -> None:
+    """Say on stderr when a run resumes units that today's code did not compute (see :func:`gmp.results.resumed_code`)."""
+    if code["other_code_units"]:
+        print(f"gmp.runs: NOTE: resuming {code['other_code_units']} units of {chapter} journalled by code that "
+              f"differs from today's in {', '.join(code['changed_modules'])}. They are kept, not recomputed; "
+              f"provenance.json records it and the book says so. Delete {journal} to recompute everything.",
+              file=sys.stderr)
+    if code["code_not_recorded_units"]:
+        print(f"gmp.runs: NOTE: resuming {code['code_not_recorded_units']} units of {chapter} journalled with no "
+              f"code fingerprint, so whether gmp has changed since is unknown. Delete {journal} to recompute them.",
+              file=sys.stderr)
+
+
 def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Path | None = None,
         kernel: str = "python3", jobs: int = 1) -> Path:
     """Execute ``chapter`` at ``scale`` and return the folder its results were cached in.
@@ -160,6 +173,8 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     staging.mkdir(parents=True)
     journal = results_dir / "_partial" / f"{scale}-{cfg.digest}.jsonl"
     resumed = _results.journal_entries(journal)
+    resumed_code = _results.resumed_code(resumed)
+    _announce_resume(chapter, journal, resumed_code)
     started = time.time()
     env = {_results.STAGING_ENV: str(staging), PROGRESS_ENV: "1", "GMP_SCALE": scale,
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
@@ -196,6 +211,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
         "wall_time_s": round(time.time() - started, 1), "jobs": jobs, "config": cfg.as_dict(), "config_digest": cfg.digest,
         "resumed_units": len({e["key"] for e in resumed}),
         "resumed_seconds": round(sum(e.get("seconds", 0.0) for e in resumed), 1),
+        "resumed_code": resumed_code, "code": _results.code_fingerprint(),
         "command": f"python -m gmp.runs {chapter} --scale {scale} --device {device} --seed {seed}"
                    + (f" --jobs {jobs}" if jobs > 1 else ""),
         "payload_sha256": _results.payload_hashes(staging),

@@ -304,3 +304,58 @@ def test_an_unreadable_cache_without_hashes_is_corrupt_not_an_exception(chapter,
     entry = results.cached("fake_chapter", "summary")
     assert entry.status == "corrupt" and entry.payload is None and entry.problem
     assert entry.problem in entry.describe()
+
+
+def _other_code(module="experiments/chen_levy.py"):
+    """A code fingerprint that differs from today's in ``module`` (as after editing ``train_one``)."""
+    today = results.code_fingerprint()
+    return {"digest": "0123456789abcdef", "modules": {**today["modules"], module: "0" * 16}}
+
+
+def test_memo_journals_the_fingerprint_of_the_code_that_computed_each_unit(chapter, tmp_path, monkeypatch):
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    cfg = config.load("fake_chapter", "paper")
+    today = results.code_fingerprint()
+    assert "results.py" in today["modules"] and "experiments/chen_levy.py" in today["modules"]
+    store = results.Store("fake_chapter", cfg)
+    store.memo("a", lambda: 1)
+    store.memo("b", lambda: 2)
+    results.Store("fake_chapter", cfg).memo("c", lambda: 3)  # another process: the hashes are in the journal already
+    entries = results.journal_entries(results.journal_path("fake_chapter", "paper", cfg.digest))
+    assert [e["code"] for e in entries] == [today["digest"]] * 3
+    assert [("modules" in e) for e in entries] == [True, False, False]
+    assert results.journal_code(entries) == {today["digest"]: today["modules"]}
+    assert results.resumed_code(entries) == {"other_code_units": 0, "code_not_recorded_units": 0,
+                                             "changed_modules": []}
+
+
+def test_a_cache_says_whether_the_code_changed_since_and_where_but_stays_current(chapter, tmp_path):
+    digest = config.load("fake_chapter", "paper").digest
+    folder = _publish(tmp_path, "paper", {"gap": 0.25}, digest)
+    old = results.cached("fake_chapter", "summary")
+    assert old.current and old.code_changed is None and "Code fingerprint not recorded" in old.describe()
+    provenance = json.loads((folder / "provenance.json").read_text())
+    for code, changed in ((results.code_fingerprint(), ()), (_other_code(), ("experiments/chen_levy.py",))):
+        results.atomic_write_json(folder / "provenance.json", {**provenance, "code": code})
+        entry = results.cached("fake_chapter", "summary")
+        assert entry.status == "current" and entry.code_changed == changed
+    assert "CODE CHANGED since: the gmp modules experiments/chen_levy.py differ" in entry.describe()
+    assert "Cached paper-scale run (code changed since)" in entry.note().data
+    results.atomic_write_json(folder / "provenance.json", {**provenance, "code": results.code_fingerprint()})
+    assert "The gmp code is unchanged since." in results.cached("fake_chapter", "summary").describe()
+
+
+def test_an_unfinished_run_says_which_journalled_units_other_code_computed(chapter, tmp_path, monkeypatch):
+    cfg = config.load("fake_chapter", "paper")
+    journal = results.journal_path("fake_chapter", "paper", cfg.digest)
+    journal.parent.mkdir(parents=True)
+    other = _other_code("results.py")
+    journal.write_text(json.dumps({"key": "a", "value": 1, "code": other["digest"], "modules": other["modules"]})
+                       + '\n{"key": "b", "value": 2}\n')
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    results.Store("fake_chapter", cfg).memo("c", lambda: 3)
+    monkeypatch.delenv(results.STAGING_ENV)
+    absent = results.cached("fake_chapter", "summary")
+    assert absent.units_code == {"other_code_units": 1, "code_not_recorded_units": 1, "changed_modules": ["results.py"]}
+    assert ("journalled 3 finished units; 1 of them by code that differs from today's in results.py; "
+            "1 of them with no code fingerprint recorded, and") in absent.describe()

@@ -183,3 +183,28 @@ def test_the_commit_is_dirty_for_changed_code_but_not_for_a_changed_journal(tmp_
     assert runs.git_commit(tmp_path) == clean
     (tmp_path / "code.py").write_text("x = 2\n")
     assert runs.git_commit(tmp_path) == clean + "+dirty"
+
+
+def test_resuming_units_of_other_code_is_announced_and_recorded(book, capsys):
+    """Interrupted after one unit, ``train_one`` edited, rerun: the old unit is kept but never silently."""
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    digest = config.load("fake_chapter", "smoke").digest
+    journal = book / "book" / "_results" / "fake_chapter" / "_partial" / f"smoke-{digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    today = results.code_fingerprint()
+    before = {**today["modules"], "experiments/chen_levy.py": "0" * 16}
+    journal.write_text(json.dumps({"key": "a", "value": 1, "code": "old", "modules": before}) + "\n"
+                       + json.dumps({"key": "b", "value": 2, "code": today["digest"]}) + "\n"
+                       + json.dumps({"key": "c", "value": 3}) + "\n")
+    final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    err = capsys.readouterr().err
+    assert "resuming 1 units of fake_chapter journalled by code that differs from today's in " \
+           "experiments/chen_levy.py" in err
+    assert "resuming 1 units of fake_chapter journalled with no code fingerprint" in err
+    provenance = json.loads((final / "provenance.json").read_text())
+    assert provenance["code"] == today
+    assert provenance["resumed_code"] == {"other_code_units": 1, "code_not_recorded_units": 1,
+                                          "changed_modules": ["experiments/chen_levy.py"]}
+    described = results.cached("fake_chapter", "summary", "smoke").describe()
+    assert "1 of them by code that differs from today's in experiments/chen_levy.py" in described
+    assert "The gmp code is unchanged since." in described
