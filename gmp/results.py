@@ -374,7 +374,8 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     provenance, payload, arrays = found
     current = _config.load(chapter, scale).digest
     status = "current" if provenance.get("config_digest") == current else "stale"
-    modules = (provenance.get("code") or {}).get("modules")
+    code = provenance.get("code")
+    modules = code.get("modules") if isinstance(code, dict) else None
     code_changed = tuple(changed_modules(modules)) if isinstance(modules, dict) else None
     return Cached(chapter, name, scale, status, payload, arrays, provenance, code_changed=code_changed)
 
