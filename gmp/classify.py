@@ -13,7 +13,8 @@ What :func:`gmp.fit` does not do, and this loop does:
   optimiser, schedule counters, history) is written atomically after every epoch; calling
   again with the same path resumes after the last finished epoch and ends in exactly the
   state an uninterrupted run reaches (the batch order and the flips of epoch ``e`` depend
-  only on ``(seed, e)``). A finished run is returned at once.
+  only on ``(seed, e)``). A finished run is returned at once. Checkpoints hold tensors and
+  plain values only and are read with ``weights_only=True`` (:func:`gmp.train.load_checkpoint`).
 * **Mixed precision and channels-last** on CUDA (bfloat16 autocast; no loss scaling is
   needed for bfloat16). GmP angles and the hyperspherical map stay in float32.
 * **Data parallelism.** Started by ``torchrun`` (or inside an initialised
@@ -52,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gmp.progress import bar
-from gmp.train import EarlyStopping, ReduceLROnPlateau
+from gmp.train import EarlyStopping, ReduceLROnPlateau, load_checkpoint
 
 __all__ = ["fit_classifier", "ClassifierHistory", "GlobalBatchSampler", "default_workers",
            "checkpoint_dir", "init_distributed"]
@@ -288,7 +289,7 @@ def fit_classifier(model: nn.Module, train, validation, *, epochs: int, batch_si
              "stop_best": early_stopping.initial_best(), "stop_wait": 0, "lr": float(lr)}
     path = Path(checkpoint) if checkpoint is not None else None
     if path is not None and path.is_file():
-        saved = torch.load(path, map_location=device, weights_only=False)
+        saved = load_checkpoint(path, map_location=device)
         if saved["identity"] != identity:
             raise ValueError(f"checkpoint {path} belongs to another run: {saved['identity']} != {identity}; "
                              f"delete it or choose another path")

@@ -123,15 +123,22 @@ def load(chapter: str, scale: str | None = None) -> Config:
 
 
 def resolve_device(device: str = "auto") -> torch.device:
-    """``"auto"`` picks CUDA when available, else the CPU; any other value is passed to torch."""
+    """``"auto"`` picks CUDA when available, else the CPU; otherwise a CPU, CUDA or MPS device
+    that this machine has (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``), else ValueError."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         resolved = torch.device(device)
     except RuntimeError as err:
         raise ValueError(f"unknown device {device!r}: use 'auto', 'cpu' or 'cuda[:N]' ({err})") from None
+    if resolved.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device {device!r} cannot train or evaluate a network; use 'auto', 'cpu' or 'cuda[:N]'")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available; use 'auto' or 'cpu'")
+    if resolved.type == "cuda" and (resolved.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} requested but this machine has {torch.cuda.device_count()} CUDA devices")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} requested but MPS is not available; use 'auto' or 'cpu'")
     return resolved
 
 

@@ -28,6 +28,7 @@ from gmp.encoders import PositionalEncoding
 from gmp.models.implicit import SIREN_OMEGA_0, ImplicitMLP, Siren
 from gmp.progress import bar
 from gmp.results import atomic_write_bytes
+from gmp.train import load_checkpoint
 
 
 def psnr(prediction: Tensor, target: Tensor) -> float:
@@ -161,6 +162,8 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
     steps, and at the end, the model, optimiser, schedule and curves so far are written to
     it (atomically). A later call with the same file and settings continues from there and
     gives the same curves as an uninterrupted fit; a finished checkpoint is returned as is.
+    It holds tensors and plain values only and is read with ``weights_only=True``
+    (:func:`gmp.train.load_checkpoint`).
     """
     if steps < 1 or lr <= 0:
         raise ValueError(f"need steps >= 1 and lr > 0, got steps={steps!r}, lr={lr!r}")
@@ -193,7 +196,7 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
                 "pixels": int(pixels.shape[0])}
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.is_file():
-        state = torch.load(checkpoint, map_location=device, weights_only=False)
+        state = load_checkpoint(checkpoint, map_location=device)
         if state["settings"] != settings:
             raise ValueError(f"checkpoint {checkpoint} was written by a fit with settings {state['settings']}, "
                              f"not {settings}; delete it or pass another checkpoint file")
@@ -201,15 +204,18 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
         optimizer.load_state_dict(state["optimizer"])
         if scheduler is not None:
             scheduler.load_state_dict(state["scheduler"])
-        mse[:], psnrs[:], lrs[:] = state["mse"], state["psnr"], state["lr"]
-        snapshots, diverged_at = state["snapshots"], state["diverged_at"]
+        mse[:], psnrs[:], lrs[:] = (state[k].cpu().numpy() for k in ("mse", "psnr", "lr"))
+        snapshots = {step: image.cpu().numpy() for step, image in state["snapshots"].items()}
+        diverged_at = state["diverged_at"]
         start, stopped, spent = state["step"], state["stopped"], state["seconds"]
 
     def save(step: int) -> None:
         state = {"settings": settings, "step": step, "stopped": stopped, "seconds": spent + time.perf_counter() - began,
                  "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                 "mse": mse, "psnr": psnrs, "lr": lrs, "snapshots": snapshots, "diverged_at": diverged_at}
+                 "mse": torch.from_numpy(mse), "psnr": torch.from_numpy(psnrs), "lr": torch.from_numpy(lrs),
+                 "snapshots": {step: torch.from_numpy(image) for step, image in snapshots.items()},
+                 "diverged_at": diverged_at}
         buffer = io.BytesIO()
         torch.save(state, buffer)
         atomic_write_bytes(checkpoint, buffer.getvalue())

@@ -3,7 +3,9 @@
 Layout, for a chapter ``book/<part>/<chapter>.md`` run at some scale::
 
     book/_results/<chapter>/<scale>/
-        provenance.json     commit, versions, device, date, wall time, config and its digest
+        provenance.json     commit, versions, device, date, wall time, config and its digest,
+                            the code fingerprint (per-module hashes of gmp), and the
+                            sha256 of every other file of the folder
         <name>.json         one payload per result (plain JSON)
         <name>.npz          optional arrays beside it
         <chapter>.ipynb     the notebook as papermill executed it
@@ -12,19 +14,24 @@ Only ``python -m gmp.runs`` writes there: it sets ``GMP_RESULTS_STAGING`` to a p
 folder, the chapter's :meth:`Store.save` calls write into it, and the runner moves it into
 place when the run succeeds. A chapter built by Jupyter Book, or opened in Colab, only
 reads. A cached result whose config digest differs from the chapter's current config is
-reported as stale, never as current.
+reported as stale, and one whose files fail their hashes or cannot be read as corrupt,
+never as current. One computed by gmp code that has changed since stays current, and says
+in which modules the code changed (:func:`code_fingerprint`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import hashlib
 import html
 import json
 import os
 import pkgutil
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -48,7 +55,9 @@ NOT_REPRODUCED = "not reproduced"
 NOT_RUN = "not yet run at paper scale"
 #: Shown when the paper-scale cache was computed with a different config.
 STALE = "stale: config changed since the paper-scale run"
-#: The verdicts a claim's rule may give; the ledger adds :data:`NOT_RUN` and :data:`STALE`.
+#: Shown when the paper-scale cache fails its checks (a file edited, missing or unreadable).
+CORRUPT = "corrupt: the paper-scale cache fails its checks"
+#: The verdicts a claim's rule may give; the ledger adds :data:`NOT_RUN`, :data:`STALE` and :data:`CORRUPT`.
 VERDICTS: tuple[str, ...] = (REPRODUCED, PARTLY, NOT_REPRODUCED)
 
 STAGING_ENV = "GMP_RESULTS_STAGING"
@@ -75,8 +84,21 @@ def results_root() -> Path | None:
     return root / RESULTS_PATH if root else None
 
 
+def _read_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o644 & ~_read_umask()  # read once, at import: os.umask is process-wide and not thread-safe
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
+
+    The file is readable by everyone (mode 0644 less the process's umask, as ``open`` would
+    give), not private like the temporary file it starts as, so a shared checkout can read it.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -84,6 +106,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -109,12 +132,16 @@ def _check_name(name: str) -> None:
 
 def missing_cell(status: str) -> str:
     """What a table cell shows where a paper-scale cache with this status has no value for it."""
-    return {"absent": NOT_RUN, "stale": "stale cache"}.get(status, "—")
+    return {"absent": NOT_RUN, "stale": "stale cache", "corrupt": "corrupt cache"}.get(status, "—")
 
 
 @dataclasses.dataclass(frozen=True)
 class Cached:
-    """One cached result: ``status`` is "current", "stale" or "absent"."""
+    """One cached result: ``status`` is "current", "stale", "corrupt" or "absent".
+
+    "corrupt" means the cache fails its checks (``problem`` says how): a payload file differs
+    from what the run wrote, is missing, or cannot be read. Its payload is never returned.
+    """
 
     chapter: str
     name: str
@@ -125,6 +152,12 @@ class Cached:
     provenance: dict[str, Any] | None = None
     units: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The units (key to value) that an unfinished run with the current config has journalled (if absent)."""
+    problem: str | None = None
+    """What is wrong with a corrupt cache."""
+    code_changed: tuple[str, ...] | None = None
+    """The gmp modules changed since the cached run (None when it recorded no code fingerprint)."""
+    units_code: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """:func:`resumed_code` of the journalled :attr:`units`: how many today's code did not compute."""
 
     @property
     def journalled(self) -> int:
@@ -140,9 +173,13 @@ class Cached:
         command = f"`python -m gmp.runs {self.chapter} --scale {self.scale}`"
         if self.status == "absent" and self.journalled:
             return (f"Not finished at {self.scale} scale: an unfinished run with the current config has journalled "
-                    f"{self.journalled} finished units, and {command} resumes from them. No claim is judged on them.")
+                    f"{self.journalled} finished units{_units_code_text(self.units_code)}, and {command} resumes "
+                    f"from them. No claim is judged on them.")
         if self.status == "absent":
             return f"Not yet run at {self.scale} scale: run {command}."
+        if self.status == "corrupt":
+            return (f"CORRUPT: the {self.scale}-scale cache of {self.name!r} fails its checks ({self.problem}); "
+                    f"it is not shown. Rerun {command} (or restore the folder from git).")
         p = self.provenance or {}
         commit = str(p.get("commit", "?"))
         commit = commit[:10] + (" with uncommitted changes" if commit.endswith("+dirty") else "")
@@ -151,24 +188,46 @@ class Cached:
                f"wall time {_duration(p.get('wall_time_s'))}"
         if p.get("resumed_units"):
             when += (f" after resuming {p['resumed_units']} units journalled by earlier, interrupted attempts "
-                     f"({_duration(p.get('resumed_seconds'))} of computing)")
+                     f"({_duration(p.get('resumed_seconds'))} of computing"
+                     f"{_units_code_text(p.get('resumed_code', {}))})")
+        checks = "" if "payload_sha256" in p else " Payload hashes not recorded (a cache written before they were)."
+        if self.code_changed is None:
+            checks += " Code fingerprint not recorded, so whether gmp has changed since is unknown."
+        elif self.code_changed:
+            checks += (f" CODE CHANGED since: the gmp modules {', '.join(self.code_changed)} differ from those of "
+                       f"that run; the numbers are that run's (rerun {command} to recompute them).")
+        else:
+            checks += " The gmp code is unchanged since."
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
-                    f"they are not shown as current. Rerun {command}.")
-        return f"{self.scale.capitalize()}-scale results cached {when}."
+                    f"they are not shown as current. Rerun {command}.{checks}")
+        return f"{self.scale.capitalize()}-scale results cached {when}.{checks}"
 
     def note(self):
         """An HTML admonition for the chapter (renders in the book, Jupyter and Colab)."""
         from IPython.display import HTML
 
-        kind = {"current": "note", "stale": "warning", "absent": "important"}[self.status]
-        title = {"current": "Cached paper-scale run", "stale": "Stale cached results",
+        kind = {"current": "note", "stale": "warning", "corrupt": "error", "absent": "important"}[self.status]
+        title = {"current": "Cached paper-scale run", "stale": "Stale cached results", "corrupt": "Corrupt cached results",
                  "absent": "Unfinished paper-scale run" if self.journalled else "Not yet run at paper scale"}[self.status]
+        if self.status == "current" and self.code_changed:
+            title += " (code changed since)"
         if self.scale != "paper":
             title = title.replace("paper-scale", f"{self.scale}-scale").replace("paper scale", f"{self.scale} scale")
         return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{html.escape(title)}</p>'
                     f"<p>{_inline_code(html.escape(self.describe()))}</p></div>")
+
+
+def _units_code_text(summary: Mapping[str, Any]) -> str:
+    """The part of a sentence on journalled units that today's code did not compute (see :func:`resumed_code`)."""
+    parts = []
+    if summary.get("other_code_units"):
+        parts.append(f"{summary['other_code_units']} of them by code that differs from today's in "
+                     f"{', '.join(summary['changed_modules'])}")
+    if summary.get("code_not_recorded_units"):
+        parts.append(f"{summary['code_not_recorded_units']} of them with no code fingerprint recorded")
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def _inline_code(text: str) -> str:
@@ -202,9 +261,12 @@ class Store:
         self.staging = Path(staging) if staging else None
         self._journal: dict[str, Any] = {}
         self._journal_path: Path | None = None
+        self._codes_in_journal: set[str] = set()
         if self.staging is not None:
             self._journal_path = self.staging.parent / "_partial" / f"{cfg.scale}-{cfg.digest}.jsonl"
-            self._journal = journal_units(self._journal_path)
+            entries = journal_entries(self._journal_path)
+            self._journal = {entry["key"]: entry["value"] for entry in entries}
+            self._codes_in_journal = set(journal_code(entries))
 
     def save(self, name: str, payload: Mapping[str, Any],
              arrays: Mapping[str, np.ndarray] | None = None) -> Path | None:
@@ -236,6 +298,12 @@ class Store:
     def memo(self, key: str, compute: Callable[[], Any], wait: bool = True) -> Any:
         """Return the journalled value of ``key``, or compute, journal and return it.
 
+        The value is returned as the journal holds it, after a JSON round trip (dict keys
+        become strings, tuples lists), whether it was computed now or resumed.
+
+        Each journal entry names the :func:`code_fingerprint` of the code that computed it
+        (with its per-module hashes the first time a process journals).
+
         Under ``gmp.runs`` several workers may share the journal: a unit that another worker
         is computing is waited for (a lock file beside its scratch file, on POSIX systems)
         and then read from the journal, not computed twice. With ``wait=False`` such a unit
@@ -244,9 +312,8 @@ class Store:
         if key in self._journal:
             return self._journal[key]
         if self._journal_path is None:
-            value = compute()
-            self._journal[key] = json.loads(json.dumps(value))
-            return value
+            self._journal[key] = json.loads(json.dumps(compute()))
+            return self._journal[key]
         lock = self.scratch(key).with_suffix(".lock")
         lock.parent.mkdir(parents=True, exist_ok=True)
         with open(lock, "a") as held:
@@ -264,7 +331,12 @@ class Store:
     def _compute_and_journal(self, key: str, compute: Callable[[], Any]) -> Any:
         started = time.perf_counter()
         value = compute()
-        line = json.dumps({"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3)})
+        code = code_fingerprint()
+        entry = {"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3), "code": code["digest"]}
+        if code["digest"] not in self._codes_in_journal:
+            entry["modules"] = code["modules"]
+            self._codes_in_journal.add(code["digest"])
+        line = json.dumps(entry)
         self._journal[key] = json.loads(line)["value"]
         with open(self._journal_path, "a+b") as handle:
             if handle.seek(0, os.SEEK_END):
@@ -275,28 +347,87 @@ class Store:
             handle.flush()
             os.fsync(handle.fileno())
         self.scratch(key).unlink(missing_ok=True)
-        return value
+        return self._journal[key]
 
     def cached(self, name: str, scale: str = "paper") -> Cached:
         return cached(self.chapter, name, scale)
 
 
 def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
-    """Read the cached result ``name`` of ``chapter`` at ``scale`` and check it is current."""
+    """Read the cached result ``name`` of ``chapter`` at ``scale`` and check it is current.
+
+    Its files are checked against the sha256 hashes that ``gmp.runs`` records in
+    ``provenance.json`` (caches written before that have none); a cache that fails a check
+    or cannot be read is returned with status "corrupt", never as current.
+    """
     _check_name(name)
     root = results_root()
     folder = root / chapter / scale if root else None
-    if folder is None or not (folder / f"{name}.json").is_file() or not (folder / "provenance.json").is_file():
-        return Cached(chapter, name, scale, "absent", units=_journalled(chapter, scale))
-    provenance = json.loads((folder / "provenance.json").read_text())
-    payload = json.loads((folder / f"{name}.json").read_text())
-    arrays = None
-    if (folder / f"{name}.npz").is_file():
-        with np.load(folder / f"{name}.npz", allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+    try:
+        found = _read_cache(folder, name) if folder is not None else None
+    except CorruptCache as err:
+        return Cached(chapter, name, scale, "corrupt", problem=str(err))
+    if found is None:
+        entries = _journalled(chapter, scale)
+        return Cached(chapter, name, scale, "absent", units={e["key"]: e["value"] for e in entries},
+                      units_code=resumed_code(entries))
+    provenance, payload, arrays = found
     current = _config.load(chapter, scale).digest
     status = "current" if provenance.get("config_digest") == current else "stale"
-    return Cached(chapter, name, scale, status, payload, arrays, provenance)
+    code = provenance.get("code")
+    modules = code.get("modules") if isinstance(code, dict) else None
+    code_changed = tuple(changed_modules(modules)) if isinstance(modules, dict) else None
+    return Cached(chapter, name, scale, status, payload, arrays, provenance, code_changed=code_changed)
+
+
+class CorruptCache(Exception):
+    """A cache folder fails its checks (see :func:`cached`)."""
+
+
+def payload_hashes(folder: Path) -> dict[str, str]:
+    """The sha256 of every file of a cache folder but ``provenance.json``, by path relative to it."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "provenance.json"}
+
+
+def _read_cache(folder: Path, name: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, np.ndarray] | None] | None:
+    """``(provenance, payload, arrays)`` of result ``name`` in ``folder``, None if absent; raises :class:`CorruptCache`."""
+    json_file, npz_file = folder / f"{name}.json", folder / f"{name}.npz"
+    if not (folder / "provenance.json").is_file():
+        if json_file.is_file():
+            raise CorruptCache(f"{json_file.name} has no provenance.json beside it")
+        return None
+    try:
+        provenance = json.loads((folder / "provenance.json").read_bytes())
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        raise CorruptCache(f"provenance.json cannot be read: {err}") from None
+    hashes = provenance.get("payload_sha256") if isinstance(provenance, dict) else None
+    if not isinstance(provenance, dict) or not isinstance(hashes, (dict, type(None))):
+        raise CorruptCache("provenance.json is not a provenance record")
+    for path in (json_file, npz_file) if hashes is not None else ():
+        recorded, present = hashes.get(path.name), path.is_file()
+        if recorded is None and present:
+            raise CorruptCache(f"{path.name} was not written by the run (provenance.json has no hash of it)")
+        if recorded is not None and not present:
+            raise CorruptCache(f"{path.name} is missing")
+        if present and hashlib.sha256(path.read_bytes()).hexdigest() != recorded:
+            raise CorruptCache(f"{path.name} differs from the file the run wrote (sha256 mismatch)")
+    if not json_file.is_file():
+        return None
+    try:
+        payload = json.loads(json_file.read_bytes())
+    except ValueError as err:
+        raise CorruptCache(f"{json_file.name} cannot be read: {err}") from None
+    if not isinstance(payload, dict):
+        raise CorruptCache(f"{json_file.name} holds a {type(payload).__name__}, not a JSON object")
+    arrays = None
+    if npz_file.is_file():
+        try:
+            with np.load(npz_file, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+        except Exception as err:  # a damaged zip raises any of BadZipFile, zlib.error, ValueError, OSError, EOFError
+            raise CorruptCache(f"{npz_file.name} cannot be read: {type(err).__name__}: {err}") from None
+    return provenance, payload, arrays
 
 
 def journal_path(chapter: str, scale: str, digest: str) -> Path | None:
@@ -306,13 +437,26 @@ def journal_path(chapter: str, scale: str, digest: str) -> Path | None:
 
 
 def journal_entries(path: Path) -> list[dict[str, Any]]:
-    """The complete entries of a journal (a line cut short by an interruption is skipped)."""
+    """The complete entries of a journal: JSON objects with a string ``key`` and a ``value``.
+
+    A line cut short by an interruption (not valid JSON) is skipped. A line that is not an
+    entry (valid JSON of another shape, or bytes that are not UTF-8) is skipped with a
+    warning naming the file and the line, so that it never blocks a resume.
+    """
     entries = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
+    for number, raw in enumerate(path.read_bytes().splitlines() if path.is_file() else [], start=1):
         try:
-            entries.append(json.loads(line))
+            entry = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            warnings.warn(f"{path}, line {number}: skipped, not UTF-8 text", stacklevel=2)
+            continue
         except json.JSONDecodeError:
             continue
+        if not (isinstance(entry, dict) and isinstance(entry.get("key"), str) and "value" in entry):
+            warnings.warn(f"{path}, line {number}: skipped, not a journal entry "
+                          f"(a JSON object with a string 'key' and a 'value'): {raw[:80]!r}", stacklevel=2)
+            continue
+        entries.append(entry)
     return entries
 
 
@@ -321,9 +465,61 @@ def journal_units(path: Path) -> dict[str, Any]:
     return {entry["key"]: entry["value"] for entry in journal_entries(path)}
 
 
-def _journalled(chapter: str, scale: str) -> dict[str, Any]:
+def _journalled(chapter: str, scale: str) -> list[dict[str, Any]]:
     path = journal_path(chapter, scale, _config.load(chapter, scale).digest)
-    return journal_units(path) if path else {}
+    return journal_entries(path) if path else []
+
+
+@functools.cache
+def code_fingerprint() -> dict[str, Any]:
+    """The code this process runs: ``{"digest": ..., "modules": {path: hash}}``.
+
+    ``modules`` holds the SHA-256 (16 hex digits) of each source file of the imported
+    package ``gmp`` (:func:`gmp.bookcache.module_digests`, the files that
+    :func:`gmp.bookcache.package_digest` hashes), by its path inside the package, such as
+    ``"experiments/chen_levy.py"``; ``digest`` identifies them all. Computed once per process.
+    """
+    from gmp.bookcache import module_digests
+
+    modules = module_digests(Path(__file__).resolve().parent)
+    return {"digest": hashlib.sha256(json.dumps(modules, sort_keys=True).encode()).hexdigest()[:16],
+            "modules": modules}
+
+
+def changed_modules(modules: Mapping[str, str]) -> list[str]:
+    """The modules of a recorded fingerprint's ``modules`` that today's code has changed or removed.
+
+    Modules added since are not listed: a new module cannot have changed an old result
+    unless an old module changed to use it.
+    """
+    today = code_fingerprint()["modules"]
+    return sorted(module for module, digest in modules.items() if today.get(module) != digest)
+
+
+def journal_code(entries: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """The per-module hashes of each code fingerprint (by digest) that journal ``entries`` record."""
+    return {entry["code"]: entry["modules"] for entry in entries
+            if isinstance(entry.get("code"), str) and isinstance(entry.get("modules"), dict)}
+
+
+def resumed_code(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many units of journal ``entries`` today's code did not compute, and why.
+
+    ``other_code_units``: units whose recorded code differs from today's, in the modules
+    ``changed_modules``; ``code_not_recorded_units``: units journalled with no code
+    fingerprint (before gmp recorded one). A unit journalled twice counts once, by its last entry.
+    """
+    today = code_fingerprint()
+    codes = {today["digest"]: today["modules"], **journal_code(entries)}
+    other, unrecorded, changed = 0, 0, set()
+    for entry in {entry["key"]: entry for entry in entries}.values():
+        modules = codes.get(entry.get("code"))
+        if modules is None:
+            unrecorded += 1
+        elif differ := changed_modules(modules):
+            other += 1
+            changed.update(differ)
+    return {"other_code_units": other, "code_not_recorded_units": unrecorded, "changed_modules": sorted(changed)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,6 +558,8 @@ def _paper_scale_cell(chapter: str, claim: Claim) -> tuple[str, str]:
         return "—", NOT_RUN
     if entry.status == "stale":
         return "—", STALE
+    if entry.status == "corrupt":
+        return "—", CORRUPT
     return claim.evaluate(entry.payload)
 
 
@@ -433,7 +631,7 @@ def ledger(link_prefix: str = ""):
     rows = ledger_rows(link_prefix)
     if not rows:
         return _table(rows)
-    verdicts = [*VERDICTS, NOT_RUN, STALE]
+    verdicts = [*VERDICTS, NOT_RUN, STALE, CORRUPT]
     counts = {paper: dict.fromkeys(verdicts, 0) for paper in dict.fromkeys(r["Paper"] for r in rows)}
     for row in rows:
         counts[row["Paper"]][row["verdict"]] += 1

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pickle
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Union
 
 import torch
@@ -260,6 +262,19 @@ def _cast(t: Tensor, device: torch.device | None, dtype: torch.dtype | None) -> 
     if t.is_floating_point() and dtype is not None:
         return t.to(device=device, dtype=dtype)
     return t.to(device=device)
+
+
+def load_checkpoint(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
+    """Load a training checkpoint with ``torch.load(weights_only=True)``: tensors and plain values only.
+
+    Unpickling anything else could run code from the file, so a checkpoint that holds other
+    objects (an old format with NumPy arrays, or a crafted file) is refused with ValueError.
+    """
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(f"checkpoint {path} holds objects other than tensors and plain values, so it is not "
+                         f"loaded; delete it to start afresh ({str(err).splitlines()[0]})") from None
 
 
 def predict(model: nn.Module, x: Tensor, *, batch_size: int | None = None) -> Tensor:

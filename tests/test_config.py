@@ -73,6 +73,8 @@ def test_devices():
     assert gmp.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError, match="unknown device"):
         gmp.resolve_device("gpu0")
+    with pytest.raises(ValueError, match="cannot train or evaluate a network"):
+        gmp.resolve_device("meta")
 
 
 def test_seed_everything_repeats_draws():

@@ -55,7 +55,7 @@ def test_resume_after_an_interruption_restores_identical_state(tmp_path):
     crashing.__class__ = CrashingData
     with pytest.raises(Interrupted):
         train(resumed, crashing, tmp_path / "resumed.pt")
-    saved = torch.load(tmp_path / "resumed.pt", weights_only=False)
+    saved = torch.load(tmp_path / "resumed.pt", weights_only=True)
     assert len(saved["history"]["train_loss"]) == 2 and not saved["history"]["finished"]
     fresh = model(seed=123)  # other initial weights: everything must come from the checkpoint
     history_resumed = train(fresh, data(), tmp_path / "resumed.pt")
@@ -67,6 +67,22 @@ def test_resume_after_an_interruption_restores_identical_state(tmp_path):
     assert again.train_loss == history.train_loss
     with pytest.raises(ValueError, match="another run"):
         train(model(), data(), tmp_path / "resumed.pt", epochs=4)
+
+
+class Payload:
+    """An object whose unpickling would run code: what a crafted checkpoint could hold."""
+
+    ran = False
+
+    def __reduce__(self):
+        return (setattr, (Payload, "ran", True))
+
+
+def test_a_checkpoint_holding_other_objects_than_tensors_is_refused_not_unpickled(tmp_path):
+    torch.save({"identity": {}, "payload": Payload()}, tmp_path / "crafted.pt")
+    with pytest.raises(ValueError, match="holds objects other than tensors and plain values"):
+        train(model(), data(), tmp_path / "crafted.pt")
+    assert not Payload.ran
 
 
 def test_plateau_and_early_stopping_on_validation_top5():

@@ -145,7 +145,7 @@ def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_same_curves(tmp_p
     with pytest.raises(KeyboardInterrupt):
         _tiny_fit(steps=12, snapshot_steps=[2, 9], checkpoint=path, checkpoint_every=3)
     monkeypatch.setattr(torch.optim.Adam, "step", adam_step)
-    assert torch.load(path, weights_only=False)["step"] == 6  # the last checkpoint before step 8
+    assert torch.load(path, weights_only=True)["step"] == 6  # the last checkpoint before step 8, tensors only
     resumed = _tiny_fit(steps=12, snapshot_steps=[2, 9], checkpoint=path, checkpoint_every=3)
     assert np.array_equal(resumed.mse, whole.mse) and np.array_equal(resumed.lr, whole.lr)
     assert all(np.array_equal(resumed.snapshots[k], whole.snapshots[k]) for k in (2, 9))
@@ -153,6 +153,23 @@ def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_same_curves(tmp_p
     assert np.array_equal(again.mse, whole.mse)
     with pytest.raises(ValueError, match="delete it or pass another"):
         _tiny_fit(steps=13, checkpoint=path)
+
+
+class Payload:
+    """An object whose unpickling would run code: what a crafted checkpoint could hold."""
+
+    ran = False
+
+    def __reduce__(self):
+        return (setattr, (Payload, "ran", True))
+
+
+def test_a_checkpoint_holding_other_objects_than_tensors_is_refused_not_unpickled(tmp_path):
+    path = tmp_path / "fit.pt"
+    torch.save({"settings": {}, "payload": Payload()}, path)
+    with pytest.raises(ValueError, match="holds objects other than tensors and plain values"):
+        _tiny_fit(steps=4, checkpoint=path)
+    assert not Payload.ran
 
 
 def test_stop_below_ends_the_fit_at_the_target_after_min_steps():

@@ -1,4 +1,6 @@
 import json
+import os
+import stat
 import sys
 import threading
 import time
@@ -207,3 +209,153 @@ def test_a_unit_another_worker_is_computing_is_waited_for_not_computed_twice(cha
     got["second"] = results.Store("fake_chapter", cfg).memo("u", second)
     worker.join()
     assert calls == ["first"] and got == {"first": "first", "second": "first"}
+
+
+def test_atomic_writes_are_readable_by_others_not_private_like_a_temporary_file(tmp_path):
+    mask = os.umask(0o022)
+    os.umask(mask)
+    results.atomic_write_bytes(tmp_path / "a" / "x.bin", b"data")
+    results.atomic_write_json(tmp_path / "y.json", {"a": 1})
+    for path in (tmp_path / "a" / "x.bin", tmp_path / "y.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~mask
+
+
+def test_a_journal_line_of_the_wrong_shape_is_skipped_with_a_warning_not_blocking_a_resume(chapter, tmp_path,
+                                                                                            monkeypatch):
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    cfg = config.load("fake_chapter", "paper")
+    journal = results.journal_path("fake_chapter", "paper", cfg.digest)
+    journal.parent.mkdir(parents=True)
+    journal.write_bytes(b'{"key": "a", "value": 1}\n123\n{"value": 2}\n{"key": 5, "value": 2}\n\xff\xfe\n'
+                        b'{"key": "b", "value": 3}\n{"key": "c", "va')
+    with pytest.warns(UserWarning) as caught:
+        assert results.journal_units(journal) == {"a": 1, "b": 3}
+    assert sorted(str(w.message).split(":")[0] for w in caught) == [
+        f"{journal}, line {n}" for n in (2, 3, 4, 5)]
+    assert "not UTF-8" in str(caught[-1].message)
+    with pytest.warns(UserWarning):
+        store = results.Store("fake_chapter", cfg)
+        assert store.memo("a", lambda: pytest.fail("recomputed a journalled unit")) == 1
+        assert store.memo("c", lambda: 4) == 4
+    with pytest.warns(UserWarning):
+        assert results.journal_units(journal) == {"a": 1, "b": 3, "c": 4}
+
+
+@pytest.mark.parametrize("under_runner", [False, True])
+def test_memo_returns_the_same_type_fresh_and_resumed(chapter, tmp_path, monkeypatch, under_runner):
+    if under_runner:
+        monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    cfg = config.load("fake_chapter", "paper")
+    fresh = results.Store("fake_chapter", cfg).memo("u", lambda: {0: 1.5, "t": (1, 2)})
+    assert fresh == {"0": 1.5, "t": [1, 2]}
+    if under_runner:
+        assert results.Store("fake_chapter", cfg).memo("u", lambda: pytest.fail("recomputed")) == fresh
+
+
+def _publish_hashed(tmp_path, payload, arrays=None):
+    """A cache as gmp.runs writes it: provenance.json records the sha256 of every other file."""
+    folder = tmp_path / "_results" / "fake_chapter" / "paper"
+    results.atomic_write_json(folder / "summary.json", payload)
+    if arrays:
+        results.atomic_write_bytes(folder / "summary.npz", results._npz_bytes(arrays))
+    results.atomic_write_json(folder / "provenance.json", {
+        "config_digest": config.load("fake_chapter", "paper").digest, "date": "2026-11-22 00:00 UTC",
+        "payload_sha256": results.payload_hashes(folder)})
+    return folder
+
+
+def test_an_edited_or_missing_payload_file_is_corrupt_not_current(chapter, tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    folder = _publish_hashed(tmp_path, {"gap": 0.25}, {"curve": np.arange(3.0)})
+    entry = results.cached("fake_chapter", "summary")
+    assert entry.current and "hashes not recorded" not in entry.describe()
+    (folder / "summary.json").write_text('{"gap": 0.0}')
+    corrupt = results.cached("fake_chapter", "summary")
+    assert corrupt.status == "corrupt" and not corrupt.current and corrupt.payload is None
+    assert "summary.json differs from the file the run wrote" in corrupt.describe()
+    assert "CORRUPT" in corrupt.describe() and "error" in corrupt.note().data
+    assert results.missing_cell("corrupt") == "corrupt cache"
+    [row] = results.ledger_rows()
+    assert row["verdict"] == results.CORRUPT
+    folder = _publish_hashed(tmp_path, {"gap": 0.25}, {"curve": np.arange(3.0)})
+    (folder / "summary.npz").unlink()
+    assert results.cached("fake_chapter", "summary").problem == "summary.npz is missing"
+    (folder / "summary.json").unlink()
+    assert results.cached("fake_chapter", "summary").problem == "summary.json is missing"
+    folder = _publish_hashed(tmp_path, {"gap": 0.25})
+    results.atomic_write_bytes(folder / "summary.npz", results._npz_bytes({"curve": np.arange(3.0)}))
+    assert "summary.npz was not written by the run" in results.cached("fake_chapter", "summary").problem
+
+
+@pytest.mark.parametrize("damage", ["payload_json", "payload_list", "npz", "provenance", "no_provenance"])
+def test_an_unreadable_cache_without_hashes_is_corrupt_not_an_exception(chapter, tmp_path, damage):
+    folder = _publish(tmp_path, "paper", {"gap": 0.25}, config.load("fake_chapter", "paper").digest)
+    assert "Payload hashes not recorded" in results.cached("fake_chapter", "summary").describe()
+    if damage == "payload_json":
+        (folder / "summary.json").write_text('{"gap": 0.2')
+    elif damage == "payload_list":
+        (folder / "summary.json").write_text("[1]")
+    elif damage == "npz":
+        (folder / "summary.npz").write_bytes(b"PK\x03\x04 not a zip")
+    elif damage == "provenance":
+        (folder / "provenance.json").write_bytes(b"\xff{")
+    else:
+        (folder / "provenance.json").unlink()
+    entry = results.cached("fake_chapter", "summary")
+    assert entry.status == "corrupt" and entry.payload is None and entry.problem
+    assert entry.problem in entry.describe()
+
+
+def _other_code(module="experiments/chen_levy.py"):
+    """A code fingerprint that differs from today's in ``module`` (as after editing ``train_one``)."""
+    today = results.code_fingerprint()
+    return {"digest": "0123456789abcdef", "modules": {**today["modules"], module: "0" * 16}}
+
+
+def test_memo_journals_the_fingerprint_of_the_code_that_computed_each_unit(chapter, tmp_path, monkeypatch):
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    cfg = config.load("fake_chapter", "paper")
+    today = results.code_fingerprint()
+    assert "results.py" in today["modules"] and "experiments/chen_levy.py" in today["modules"]
+    store = results.Store("fake_chapter", cfg)
+    store.memo("a", lambda: 1)
+    store.memo("b", lambda: 2)
+    results.Store("fake_chapter", cfg).memo("c", lambda: 3)  # another process: the hashes are in the journal already
+    entries = results.journal_entries(results.journal_path("fake_chapter", "paper", cfg.digest))
+    assert [e["code"] for e in entries] == [today["digest"]] * 3
+    assert [("modules" in e) for e in entries] == [True, False, False]
+    assert results.journal_code(entries) == {today["digest"]: today["modules"]}
+    assert results.resumed_code(entries) == {"other_code_units": 0, "code_not_recorded_units": 0,
+                                             "changed_modules": []}
+
+
+def test_a_cache_says_whether_the_code_changed_since_and_where_but_stays_current(chapter, tmp_path):
+    digest = config.load("fake_chapter", "paper").digest
+    folder = _publish(tmp_path, "paper", {"gap": 0.25}, digest)
+    old = results.cached("fake_chapter", "summary")
+    assert old.current and old.code_changed is None and "Code fingerprint not recorded" in old.describe()
+    provenance = json.loads((folder / "provenance.json").read_text())
+    for code, changed in ((results.code_fingerprint(), ()), (_other_code(), ("experiments/chen_levy.py",))):
+        results.atomic_write_json(folder / "provenance.json", {**provenance, "code": code})
+        entry = results.cached("fake_chapter", "summary")
+        assert entry.status == "current" and entry.code_changed == changed
+    assert "CODE CHANGED since: the gmp modules experiments/chen_levy.py differ" in entry.describe()
+    assert "Cached paper-scale run (code changed since)" in entry.note().data
+    results.atomic_write_json(folder / "provenance.json", {**provenance, "code": results.code_fingerprint()})
+    assert "The gmp code is unchanged since." in results.cached("fake_chapter", "summary").describe()
+
+
+def test_an_unfinished_run_says_which_journalled_units_other_code_computed(chapter, tmp_path, monkeypatch):
+    cfg = config.load("fake_chapter", "paper")
+    journal = results.journal_path("fake_chapter", "paper", cfg.digest)
+    journal.parent.mkdir(parents=True)
+    other = _other_code("results.py")
+    journal.write_text(json.dumps({"key": "a", "value": 1, "code": other["digest"], "modules": other["modules"]})
+                       + '\n{"key": "b", "value": 2}\n')
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    results.Store("fake_chapter", cfg).memo("c", lambda: 3)
+    monkeypatch.delenv(results.STAGING_ENV)
+    absent = results.cached("fake_chapter", "summary")
+    assert absent.units_code == {"other_code_units": 1, "code_not_recorded_units": 1, "changed_modules": ["results.py"]}
+    assert ("journalled 3 finished units; 1 of them by code that differs from today's in results.py; "
+            "1 of them with no code fingerprint recorded, and") in absent.describe()

@@ -51,6 +51,8 @@ def test_a_successful_run_is_cached_with_provenance(book):
     assert provenance["config"] == {"n": 1} and provenance["seed"] == 7
     assert provenance["device"].startswith("cpu") and provenance["wall_time_s"] > 0
     assert {"commit", "gmp_version", "torch_version", "date"} <= set(provenance)
+    assert provenance["payload_sha256"] == results.payload_hashes(final)
+    assert set(provenance["payload_sha256"]) == {"summary.json", "fake_chapter.ipynb"}
     executed = nbformat.read(final / "fake_chapter.ipynb", as_version=4)
     assert any(c.metadata.get("tags") == ["injected-parameters"] for c in executed.cells)
     assert results.cached("fake_chapter", "summary", "smoke").status == "current"
@@ -181,3 +183,115 @@ def test_the_commit_is_dirty_for_changed_code_but_not_for_a_changed_journal(tmp_
     assert runs.git_commit(tmp_path) == clean
     (tmp_path / "code.py").write_text("x = 2\n")
     assert runs.git_commit(tmp_path) == clean + "+dirty"
+
+
+def test_resuming_units_of_other_code_is_announced_and_recorded(book, capsys):
+    """Interrupted after one unit, ``train_one`` edited, rerun: the old unit is kept but never silently."""
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    digest = config.load("fake_chapter", "smoke").digest
+    journal = book / "book" / "_results" / "fake_chapter" / "_partial" / f"smoke-{digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    today = results.code_fingerprint()
+    before = {**today["modules"], "experiments/chen_levy.py": "0" * 16}
+    journal.write_text(json.dumps({"key": "a", "value": 1, "code": "old", "modules": before}) + "\n"
+                       + json.dumps({"key": "b", "value": 2, "code": today["digest"]}) + "\n"
+                       + json.dumps({"key": "c", "value": 3}) + "\n")
+    final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    err = capsys.readouterr().err
+    assert "resuming 1 units of fake_chapter journalled by code that differs from today's in " \
+           "experiments/chen_levy.py" in err
+    assert "resuming 1 units of fake_chapter journalled with no code fingerprint" in err
+    provenance = json.loads((final / "provenance.json").read_text())
+    assert provenance["code"] == today
+    assert provenance["resumed_code"] == {"other_code_units": 1, "code_not_recorded_units": 1,
+                                          "changed_modules": ["experiments/chen_levy.py"]}
+    described = results.cached("fake_chapter", "summary", "smoke").describe()
+    assert "1 of them by code that differs from today's in experiments/chen_levy.py" in described
+    assert "The gmp code is unchanged since." in described
+
+
+MEMO_UNITS = """
+from gmp import config, results
+store = results.Store('fake_chapter', config.Config('fake_chapter', SCALE, {'n': 1}))
+for key, curve in (('a', [1.0, 2.0]), ('b', [3.0, float('nan')])):
+    store.memo(f'{key}-{SEED}', lambda curve=curve: {'curve': curve, 'seconds': 1.0})
+store.save('summary', {'done': True})
+"""
+
+
+def _with_units(values):
+    """Give the fake chapter a ``units`` function whose unit ``<key>-<seed>`` computes ``values[key]`` now."""
+    calls = []
+
+    def units(cfg, store, seed, device):
+        assert store.scratch("x") is None and cfg["n"] == 1  # no checkpoint to resume from; the run's config
+
+        def unit(key):
+            calls.append((key, seed))
+            return {"curve": list(values[key]), "seconds": time.time()}
+
+        return {f"{key}-{seed}": (lambda key=key: unit(key)) for key in values}
+
+    sys.modules["gmp.experiments.fake_chapter"].units = units
+    return calls
+
+
+def test_verify_recomputes_a_cached_unit_and_reports_whether_it_matches(book, capsys):
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", MEMO_UNITS)
+    with pytest.raises(SystemExit):
+        runs.main(["fake_chapter", "--scale", "smoke", "--verify"])
+    assert "does not split into independent units to recompute, so --verify has nothing to check" \
+        in capsys.readouterr().err
+    values = {"a": [1.0, 2.0], "b": [3.0, float("nan")]}
+    calls = _with_units(values)
+    final = runs.run("fake_chapter", "smoke", device="cpu", seed=7, root=book)
+    assert "units.jsonl.gz" in json.loads((final / "provenance.json").read_text())["payload_sha256"]
+    capsys.readouterr()
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--verify", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "unit 'a-7' of fake_chapter at smoke scale, cached by the run of" in out and out.endswith("matches\n")
+    assert "computed by today's code" in out
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--verify", "--unit", "b-7"]) == 0  # NaN matches NaN
+    assert calls == [("a", 7), ("b", 7)]
+    values["a"] = [1.0, 2.1]
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--verify"]) == 1
+    assert "DIFFERS in 1 places:\n  value['curve'][1]: cached 2.0, recomputed 2.1" in capsys.readouterr().out
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--verify", "--rtol", "0.1"]) == 0
+    with pytest.raises(SystemExit):
+        runs.main(["fake_chapter", "--scale", "smoke", "--verify", "--unit", "c-7"])
+    assert "unit 'c-7' of fake_chapter (seed 7) is not cached by the run of" in capsys.readouterr().err
+    (final / "units.jsonl.gz").write_bytes(b"edited")
+    with pytest.raises(SystemExit):
+        runs.main(["fake_chapter", "--scale", "smoke", "--verify"])
+    assert "sha256 mismatch" in capsys.readouterr().err
+
+
+def test_verify_recomputes_a_unit_of_an_unfinished_run_from_its_journal(book, monkeypatch, capsys):
+    cfg = config.load("fake_chapter", "smoke")
+    monkeypatch.setenv(results.STAGING_ENV, str(book / "book" / "_results" / "fake_chapter" / ".staging-smoke-1"))
+    results.Store("fake_chapter", cfg).memo("a-0", lambda: {"curve": [0.5], "seconds": 9.0})
+    calls = _with_units({"a": [0.5 + 1e-9]})
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--verify"]) == 0
+    assert "journalled in" in capsys.readouterr().out and calls == [("a", 0)]
+    assert os.environ[results.STAGING_ENV].endswith(".staging-smoke-1")  # restored after the recomputation
+    assert len(results.journal_entries(results.journal_path("fake_chapter", "smoke", cfg.digest))) == 1  # not journalled
+
+
+def test_compare_reports_each_difference_and_leaves_timings_out():
+    cached = {"x": [1.0, None, "a"], "n": 3, "wall_s": 1.0, "seconds": 2.0, "only": 1}
+    fresh = {"x": [1.0 + 1e-7, 1.0, "b"], "n": 3, "wall_s": 9.0, "seconds": 5.0, "new": 2}
+    assert runs.compare(cached, fresh, rtol=1e-5, atol=0) == [
+        "value['new']: only in the recomputed value", "value['only']: only in the cached value",
+        "value['x'][1]: cached None, recomputed 1.0", "value['x'][2]: cached 'a', recomputed 'b'"]
+    assert runs.compare([1, 2], [1], 0, 0) == ["value: 2 entries cached, 1 recomputed"]
+    assert runs.compare(True, 1, 1, 1) == ["value: cached True, recomputed 1"]
+
+
+@pytest.mark.parametrize("args, message", [(["--seed", "-5"], "a seed is an integer from 0 to 2**32 - 1"),
+                                           (["--seed", "x"], "not an integer"),
+                                           (["--device", "meta"], "cannot train or evaluate a network"),
+                                           (["--unit", "a-0"], "--unit goes with --verify")])
+def test_bad_arguments_are_refused_before_anything_runs(book, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        runs.main(["fake_chapter", "--scale", "smoke", *args])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
