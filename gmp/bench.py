@@ -1,5 +1,8 @@
 """Benchmark: the cost of geometric parameterization against a standard ReLU layer.
 
+``python -m gmp.bench --minibatch`` instead times mini-batch Adam updates of the SBSNN figure
+network under its author's protocol (:func:`minibatch`).
+
 ``python -m gmp.bench`` times one forward + backward step of ``GmPLinear(n, n)`` and of
 ``nn.Linear(n, n)`` + ReLU (float32, CPU unless ``--device`` says otherwise) at several
 batch sizes, in the same run, and prints their ratio. Each timing is the minimum over
@@ -88,6 +91,52 @@ def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: in
     return rows
 
 
+def minibatch(stacks: Sequence[int] = (1, 2, 4), width: int = 192, updates: int = 300, compile: bool = True,
+              print_fn: Callable[[str], None] = print) -> list[dict[str, float]]:
+    """Mini-batch Adam updates per second of the SBSNN figures' network under the author's protocol.
+
+    The network of Figs. 6-7 (encoder features of ``width`` -> five layers of ``width`` with
+    ``sqrt(2) sin(x + pi/4)`` -> output, no biases), batches of 32 pixels. Timed: a PyTorch
+    baseline (``nn.Sequential`` of bias-free ``nn.Linear`` trained by ``torch.optim.Adam``,
+    one network) and :func:`gmp.minibatch.fit_stack` training ``stack`` networks at once, eager
+    and (with ``compile``) through ``torch.compile``; each over ``updates`` updates after a warm-up
+    epoch. Prints ms per update of one network and the rate of network-updates per second.
+    """
+    from gmp.activations import activation
+    from gmp.minibatch import fit_stack, layers
+
+    torch.manual_seed(0)
+    pixels = 32 * updates
+    x, y = torch.randn(pixels, width), torch.rand(pixels, 1)
+    spec = {"model": "sbsnn", "sizes": [2] + [width] * 6 + [1], "activation": "sin", "first_layer": "encoder"}
+    print_fn(f"mini-batch Adam updates (batch 32) of the {width}-wide SBSNN figure network, float32, cpu, "
+             f"torch {torch.__version__}, {torch.get_num_threads()} threads; {updates} updates after a warm-up")
+    net = nn.Sequential(*[m for _ in range(5) for m in (nn.Linear(width, width, bias=False), activation("sin"))],
+                        nn.Linear(width, 1, bias=False))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-4)
+    for warm in (True, False):
+        start = time.perf_counter()
+        for batch in torch.randperm(pixels).split(32):
+            opt.zero_grad(set_to_none=True)
+            ((net(x[batch]) - y[batch]) ** 2).mean().backward()
+            opt.step()
+    base = (time.perf_counter() - start) / updates
+    rows = [{"what": "PyTorch nn.Sequential + torch.optim.Adam", "stack": 1, "ms_per_update": base * 1e3}]
+    for use_compile in (False, True) if compile else (False,):
+        for stack in stacks:
+            fit = fit_stack(layers(spec), list(range(stack)), x, y, epochs=2, lr=1e-4, compile=use_compile)[0]
+            per = float(fit.seconds[1] - fit.seconds[0]) / updates  # the second epoch: no compilation in it
+            rows.append({"what": f"gmp.minibatch.fit_stack{' (torch.compile)' if use_compile else ''}",
+                         "stack": stack, "ms_per_update": per * 1e3})
+    print_fn(f"{'what':<44} {'networks':>8} {'ms/update/network':>18} {'updates/s':>10} {'vs PyTorch':>10}")
+    for row in rows:
+        row["updates_per_s"] = 1e3 / row["ms_per_update"]
+        row["ratio"] = base * 1e3 / row["ms_per_update"]
+        print_fn(f"{row['what']:<44} {row['stack']:>8} {row['ms_per_update']:>18.3f} {row['updates_per_s']:>10.0f} "
+                 f"{row['ratio']:>9.2f}x")
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--width", type=int, default=1024)
@@ -95,8 +144,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS))
+    parser.add_argument("--minibatch", action="store_true",
+                        help="instead: mini-batch updates per second of the SBSNN figure network (Part III)")
+    parser.add_argument("--stacks", type=int, nargs="+", default=[1, 2, 4],
+                        help="with --minibatch: how many networks train at once")
     args = parser.parse_args(argv)
-    run(args.width, args.batches, args.repeats, args.device, args.clock)
+    if args.minibatch:
+        minibatch(args.stacks)
+    else:
+        run(args.width, args.batches, args.repeats, args.device, args.clock)
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ class GmPConv2d(nn.Module):
 
         ``weight`` has the shape of a ``Conv2d`` weight (:attr:`kernel_shape`). Afterwards the
         layer with ReLU equals ``relu(conv2d(x, weight, bias))``. Every filter must be nonzero
-        and finite (see :func:`gmp.layers.polar`).
+        and finite (see ``gmp.layers.polar``).
         """
         if tuple(weight.shape) != self.kernel_shape:
             raise ValueError(f"weight must have shape {self.kernel_shape}, got {tuple(weight.shape)}")

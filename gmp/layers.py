@@ -182,7 +182,7 @@ class GmPLinear(nn.Module):
 
         Afterwards ``r * act(u . x + lam) == act(w . x + b)`` for a positively homogeneous
         ``act`` such as ReLU. Every row of ``weight`` must be nonzero and finite
-        (see :func:`polar`).
+        (see ``polar``).
         """
         if weight.shape != (self.out_features, self.in_features):
             raise ValueError(f"weight must have shape ({self.out_features}, {self.in_features}), "
@@ -273,7 +273,7 @@ def convert(module: nn.Module, mean_norm: bool = False) -> nn.Module:
     Only what can be converted exactly is converted, and the rest is refused, never
     approximated: a block whose module subclasses ``nn.Linear`` / ``nn.Conv2d`` /
     ``nn.BatchNorm2d`` / ``nn.ReLU`` with its own ``forward``, or carries hooks, raises
-    ValueError (:func:`check_exact`). A module used twice (tied weights) becomes
+    ValueError (``check_exact``). A module used twice (tied weights) becomes
     one unit used twice; if it is also used where it is not converted (once before a ReLU,
     once not), the tie cannot be kept and ValueError is raised.
 

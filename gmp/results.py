@@ -475,8 +475,8 @@ def code_fingerprint() -> dict[str, Any]:
     """The code this process runs: ``{"digest": ..., "modules": {path: hash}}``.
 
     ``modules`` holds the SHA-256 (16 hex digits) of each source file of the imported
-    package ``gmp`` (:func:`gmp.bookcache.module_digests`, the files that
-    :func:`gmp.bookcache.package_digest` hashes), by its path inside the package, such as
+    package ``gmp`` (``gmp.bookcache.module_digests``, the files that
+    ``gmp.bookcache.package_digest`` hashes), by its path inside the package, such as
     ``"experiments/chen_levy.py"``; ``digest`` identifies them all. Computed once per process.
     """
     from gmp.bookcache import module_digests

@@ -14,7 +14,7 @@ With ``--jobs N`` (chapters whose experiment module has a ``units`` function: th
 image-fitting chapters), N worker processes first journal the chapter's independent units,
 each with its share of the CPU threads, and the notebook then runs from the journal; the
 cache keeps those units (``units.jsonl.gz``). ``--verify`` recomputes one of them with
-today's code and compares it with the journalled or cached value (:func:`verify`).
+today's code and compares it with the journalled or cached value (``verify``).
 """
 
 from __future__ import annotations

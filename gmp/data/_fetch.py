@@ -102,7 +102,7 @@ def fetch(relpath: str, url: str, sha256: str, *, timeout: float = 60.0,
     """Return ``root/relpath`` (``root`` defaults to ``GMP_DATA``) after checking its sha256,
     downloading it from ``url`` first when it is missing.
 
-    A file already present is verified with :func:`verify` (cached, so a second read does
+    A file already present is verified with ``verify`` (cached, so a second read does
     not hash it again); a mismatch raises :class:`DataUnavailableError` that says to
     delete the file so that it is downloaded again. A download is written to a temporary
     file, checked against ``sha256`` and only then moved into place, so an interrupted or

@@ -52,6 +52,10 @@ IMAGES: dict[str, ImageFile] = {
 SOURCES = ("classic", "author", "skimage")
 """The photographs :func:`grey_image` can load."""
 
+TEXT_READING_IMAGE = "skimage"
+"""The photograph of the book's full-batch chapters (the SBSNN text read literally): scikit-image's
+``camera()`` of today, on which their paper-scale caches were computed (not SIREN's photograph)."""
+
 
 def _pixels(source: str) -> Tensor:
     """The photograph ``source`` at its own size, 8-bit grey values as float64 in ``[0, 255]``."""
@@ -108,7 +112,7 @@ def coordinate_grid(side: int, dim: int = 2, indexing: str = "ij") -> Tensor:
     return grid.reshape(-1, dim)
 
 
-def cameraman(side: int = 256, source: str = "skimage") -> Tensor:
+def cameraman(side: int = 256, source: str = TEXT_READING_IMAGE) -> Tensor:
     """The cameraman photograph ``source`` at ``side x side`` with values in ``[-1, 1]`` (SIREN's range).
 
     The default ``"skimage"`` is what the book's first full-batch runs fitted (scikit-image's
@@ -117,6 +121,6 @@ def cameraman(side: int = 256, source: str = "skimage") -> Tensor:
     return (grey_image(side, source) * 2.0 - 1.0).clamp(-1.0, 1.0)
 
 
-def image_fitting_data(side: int = 256, source: str = "skimage") -> tuple[Tensor, Tensor]:
+def image_fitting_data(side: int = 256, source: str = TEXT_READING_IMAGE) -> tuple[Tensor, Tensor]:
     """Coordinates ``(side^2, 2)`` and pixel values ``(side^2, 1)`` in ``[-1, 1]``, as in SIREN's notebook."""
     return coordinate_grid(side), cameraman(side, source).reshape(-1, 1)

@@ -12,7 +12,7 @@ import numpy as np
 from gmp.activations import ACTIVATION_LABELS, ACTIVATION_TEXT, PAPER_COLOURS
 from gmp.config import load as load_config
 from gmp.config import scaled
-from gmp.data.images import cameraman, image_fitting_data
+from gmp.data.images import TEXT_READING_IMAGE, cameraman, image_fitting_data
 from gmp.implicit import (FitResult, default_levels, fit_spec, plot_psnr_panels, psnr_steps_table, target_reading,
                           unfinished_title)
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, missing_cell
@@ -66,7 +66,7 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     (Fig. 5's frames come from Fig. 6's runs): :func:`run` journals them one after another,
     ``python -m gmp.runs --jobs N`` shares them among N worker processes first.
     """
-    coords, pixels = image_fitting_data(cfg.side)
+    coords, pixels = image_fitting_data(cfg.side, source=TEXT_READING_IMAGE)
 
     def fit(unit: str, key: str, spec: dict[str, Any], frames: list[int]) -> Callable[[], dict[str, Any]]:
         return lambda: fit_spec(spec, coords, pixels, seed=seed, device=device, snapshot_steps=frames,
@@ -168,7 +168,7 @@ def rows(cfg, fits: Mapping[str, FitResult], compare: int) -> dict[str, Any]:
 
 def summary(cfg, fig6: Mapping[str, FitResult], fig7: Mapping[str, FitResult]) -> dict[str, Any]:
     """Payloads of the chapter's claims: Fig. 5 artefacts, Fig. 6 final PSNRs, Fig. 7 steps to the target."""
-    target = cameraman(cfg.side).numpy()
+    target = cameraman(cfg.side, source=TEXT_READING_IMAGE).numpy()
     frames = {}
     for encoder in cfg.encoders:
         frame = fig6[f"{cfg.fig5_activation}/{encoder}"].snapshots[cfg.fig5_step]
@@ -187,7 +187,7 @@ def summary(cfg, fig6: Mapping[str, FitResult], fig7: Mapping[str, FitResult]) -
 def frames(cfg, fig6: Mapping[str, FitResult]) -> dict[str, np.ndarray]:
     """Fig. 5's early frames and the target image, for ``Store.save(..., arrays=...)``."""
     out = {f"frame_{e}": fig6[f"{cfg.fig5_activation}/{e}"].snapshots[cfg.fig5_step] for e in cfg.encoders}
-    out["target"] = cameraman(cfg.side).numpy()
+    out["target"] = cameraman(cfg.side, source=TEXT_READING_IMAGE).numpy()
     return out
 
 
@@ -320,7 +320,8 @@ def _fig7_check(payload: Mapping[str, Any]) -> tuple[str, str]:
 
 CLAIMS = [
     Claim(key="sbsnn-fig5-lines", paper="sbsnn",
-          text="Early in fitting, the sqrt(2)-scaled NeRF encoder produces line artefacts along constant "
+          text="Text reading (an iteration is one full-batch update; today's scikit-image photograph): "
+               "Early in fitting, the sqrt(2)-scaled NeRF encoder produces line artefacts along constant "
                "coordinates, which the rotated encoder removes (Fig. 5).",
           result="fig5",
           rule="on the share of the early predicted frame's spectral energy on the two frequency axes: "
@@ -329,13 +330,15 @@ CLAIMS = [
                "larger; else not reproduced",
           check=_fig5_check),
     Claim(key="sbsnn-fig6-rotated", paper="sbsnn",
-          text="The rotated encoder improves the final MSE over the NeRF-type encoder (Fig. 6).",
+          text="Text reading (an iteration is one full-batch update; today's scikit-image photograph): "
+               "The rotated encoder improves the final MSE over the NeRF-type encoder (Fig. 6).",
           result="fig6",
           rule="reproduced if the rotated encoder ends with the higher PSNR for every activation; partly if for "
                "more than half; else not reproduced",
           check=_fig6_check),
     Claim(key="sbsnn-fig7-100", paper="sbsnn",
-          text="With aggressive learning-rate reduction, SBSNNs with the rotated encoder exceed the accuracy "
+          text="Text reading (an iteration is one full-batch update; today's scikit-image photograph): "
+               "With aggressive learning-rate reduction, SBSNNs with the rotated encoder exceed the accuracy "
                "achievable with SIREN (MSE 1e-5) in around 100 iterations (Fig. 7, the abstract's claim).",
           result="fig7",
           rule="reproduced if each SBSNN-family network with the rotated encoder reaches MSE 1e-5 within 200 "

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from gmp.config import scaled
-from gmp.data.images import cameraman, image_fitting_data
+from gmp.data.images import TEXT_READING_IMAGE, cameraman, image_fitting_data
 from gmp.encoders import PositionalEncoding
 from gmp.implicit import (FitResult, build_model, default_levels, fit_spec, mse_to_psnr, plot_psnr_panels, psnr,
                           psnr_steps_table)
@@ -86,7 +86,7 @@ def unit_key(name: str, seed: int) -> str:
 
 def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any]]]:
     """Every fit of the chapter, by :func:`unit_key` (see :func:`gmp.experiments.sbsnn_fitting.units`)."""
-    coords, pixels = image_fitting_data(cfg.side)
+    coords, pixels = image_fitting_data(cfg.side, source=TEXT_READING_IMAGE)
 
     def fit(name: str, spec: dict[str, Any]) -> Callable[[], dict[str, Any]]:
         return lambda: fit_spec(spec, coords, pixels, seed=seed, device=device, desc=name,
@@ -124,7 +124,7 @@ def band_limited_psnr(image: Tensor | np.ndarray, cycles: int) -> float:
 
 def band_limit_curve(side: int) -> dict[str, list[float]]:
     """:func:`band_limited_psnr` of the cameraman at every power of two of cycles up to Nyquist."""
-    image = cameraman(side)
+    image = cameraman(side, source=TEXT_READING_IMAGE)
     cycles = [2 ** k for k in range(int(math.log2(side)))]
     return {"cycles": cycles, "psnr": [band_limited_psnr(image, c) for c in cycles]}
 
@@ -145,7 +145,7 @@ def first_layer_statistics(spec: Mapping[str, Any], side: int, seed: int) -> dic
     """At initialization: the mean square of the first hidden activation's input ``z`` (1 is what a
     self-normalizing layer expects), and the share of its output's mean square ``E[f(z)^2]`` that
     varies with the pixel (the rest, ``E_units[E_x[f(z)]^2]``, is the same for every pixel)."""
-    coords, _ = image_fitting_data(side)
+    coords, _ = image_fitting_data(side, source=TEXT_READING_IMAGE)
     torch.manual_seed(seed)
     z, f = _first_activation(build_model(spec, side), coords)
     total = float((f ** 2).mean())
