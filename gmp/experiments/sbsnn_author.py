@@ -663,6 +663,31 @@ def plot_renders(rows: Mapping[str, tuple[Mapping[str, np.ndarray], Any]]):
     return fig
 
 
+def reach_table(payload: Mapping[str, Any] | None):
+    """When each network first passes 50 and 56.0 dB (whole image), in epochs, Adam updates and seconds."""
+    import pandas as pd
+
+    rows = []
+    for name, row in (payload or {}).get("rows", {}).items():
+        if name == "siren/fullbatch":
+            step = row["first_below_siren_target"]
+            cells = {"56.0 dB: epochs": f"{step:,}" if step is not None else "never",
+                     "56.0 dB: updates": f"{step:,}" if step is not None else "never", "56.0 dB: seconds": "—"}
+            rows.append({"network": label(name) + " (an epoch is one update)", **cells})
+            continue
+        out = {"network": label(name)}
+        for target in ("author", "siren"):
+            reach = row["reach"][f"{target}-train"]
+            db = f"{PSNR_TARGETS[target]:.1f} dB"
+            out[f"{db}: epochs"] = "never" if reach["epochs"] is None else f"{reach['epochs']:,}"
+            out[f"{db}: updates"] = "never" if reach["updates"] is None else f"{reach['updates']:,}"
+            out[f"{db}: seconds"] = "never" if reach["seconds"] is None else f"{reach['seconds']:,.0f}"
+        rows.append(out)
+    if not rows:
+        return pd.DataFrame({"network": ["no paper-scale fit has finished yet"]}).style.hide(axis="index")
+    return pd.DataFrame(rows).fillna("—").style.hide(axis="index")
+
+
 def ablation_table(live: Mapping[str, Any], paper: Mapping[str, Any] | None):
     """The ablation: per step, the final whole-image PSNR and the updates made, this build and paper scale."""
     import pandas as pd
