@@ -671,8 +671,10 @@ def reach_table(payload: Mapping[str, Any] | None):
     for name, row in (payload or {}).get("rows", {}).items():
         if name == "siren/fullbatch":
             step = row["first_below_siren_target"]
+            seconds = row["seconds"] * (step + 1) / row["steps"] if step is not None else None
             cells = {"56.0 dB: epochs": f"{step:,}" if step is not None else "never",
-                     "56.0 dB: updates": f"{step:,}" if step is not None else "never", "56.0 dB: seconds": "—"}
+                     "56.0 dB: updates": f"{step:,}" if step is not None else "never",
+                     "56.0 dB: seconds": f"{seconds:,.0f}" if seconds is not None else "never"}
             rows.append({"network": label(name) + " (an epoch is one update)", **cells})
             continue
         out = {"network": label(name)}
