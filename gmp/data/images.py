@@ -53,8 +53,11 @@ SOURCES = ("classic", "author", "skimage")
 """The photographs :func:`grey_image` can load."""
 
 TEXT_READING_IMAGE = "skimage"
-"""The photograph of the book's full-batch chapters (the SBSNN text read literally): scikit-image's
-``camera()`` of today, on which their paper-scale caches were computed (not SIREN's photograph)."""
+"""The photograph of the book's full-batch chapters, which read the SBSNN text literally.
+
+It is scikit-image's ``camera()`` of today, on which their paper-scale caches were computed,
+not SIREN's photograph.
+"""
 
 
 def _pixels(source: str) -> Tensor:

@@ -27,15 +27,24 @@ FIG7_ACTIVATIONS = ["sin", "triangle", "abs_sin", "gpn_tanh", "gpn_gelu", "gpn_e
 """The activations of Fig. 7, in the order of its caption."""
 
 SCRIPT_SIZES = [2, 252, 256, 128, 128, 128, 128, 1]
-"""The layer sizes of the author's script (``Main.py``): rotated encoder to 252 features, five layers, output."""
+"""The layer sizes of the author's script ``Main.py``.
+
+A rotated encoder to 252 features, five layers and the output.
+"""
 
 SCHEDULES = {"aggressive": {"lr": 1e-3, "plateau": {"factor": 0.5, "patience": 5, "rule": "keras"}},
              "less_aggressive": {"lr": 2e-4, "plateau": {"factor": 0.5, "patience": 40, "rule": "keras"}}}
-"""The two schedules of the author's script: Adam at ``lr``, halved on Keras plateaus of the epoch loss."""
+"""The two schedules of the author's script.
+
+Adam at ``lr``, halved on Keras plateaus of the epoch loss.
+"""
 
 PSNR_TARGETS = {"author": 50.0, "siren": 10 * math.log10(4 / 1e-5)}
-"""PSNR (dB, on the [0, 1] pixel scale) of "MSE 1e-5" as the author measures it (on [0, 1] values: 50 dB)
-and as SIREN does (on [-1, 1] values: an MSE of 2.5e-6 on [0, 1], 56.0 dB)."""
+"""The PSNR in dB of an MSE of 1e-5 as the author measures it and as SIREN does.
+
+Both on the [0, 1] pixel scale. The author's MSE is on [0, 1] values (50 dB); SIREN's is on
+[-1, 1] values, an MSE of 2.5e-6 on [0, 1] (56.0 dB).
+"""
 
 ABLATION = [
     {"name": "the text's reading", "image": "skimage", "range": "symmetric", "bias": True, "encoder": "text",
@@ -48,11 +57,14 @@ ABLATION = [
      "patience": 5},
     {"name": "+ mini-batches of 32: the author's protocol", "batch_size": 32},
 ]
-"""The ablation from the text's reading of Fig. 7 (the book's earlier chapters: full-batch updates, SIREN's
-range, trained zero biases, the paper's encoder with SIREN's L = 6 and true rotations, PyTorch's Adam and
-plateau rule, the book's aggressive schedule) to the author's protocol, one setting at a time (each step
-keeps the ones before it). Every step trains the rotated-encoder sqrt(2) sin(x + pi/4) network for the
-same number of "iterations" (epochs); the last step is the author's protocol (the Fig. 7 run)."""
+"""The ablation from the text's reading of Fig. 7 to the author's protocol, one setting at a time.
+
+The text's reading is the book's earlier chapters' set-up (full-batch updates, SIREN's range,
+trained zero biases, the paper's encoder with SIREN's L = 6 and true rotations, PyTorch's Adam
+and plateau rule, the book's aggressive schedule). Each step keeps the ones before it. Every
+step trains the rotated-encoder sqrt(2) sin(x + pi/4) network for the same number of
+"iterations" (epochs); the last step is the author's protocol (the Fig. 7 run).
+"""
 
 CONFIG = scaled(
     common=dict(ablation=ABLATION, image="author", siren_image="classic", width=192, hidden_layers=5, script_sizes=SCRIPT_SIZES,
