@@ -45,6 +45,7 @@ from gmp.activations import activation as _activation
 from gmp.models.implicit import SIREN_OMEGA_0
 from gmp.progress import bar
 from gmp.results import atomic_write_bytes
+from gmp.train import load_checkpoint
 
 KERAS_BATCH_SIZE = 32
 """Keras ``model.fit``'s mini-batch size when none is given, as in the SBSNN author's code."""
@@ -393,7 +394,7 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
                 "adam": adam, "pixels": pixels, "heldout": None if heldout is None else int(heldout.numel())}
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.is_file():
-        state = torch.load(checkpoint, map_location=device, weights_only=True)
+        state = load_checkpoint(checkpoint, map_location=device)
         if state["settings"] != settings:
             raise ValueError(f"checkpoint {checkpoint} was written by a fit with other settings; delete it or "
                              f"pass another checkpoint file")
