@@ -1,15 +1,18 @@
-"""What CI and a fresh machine rely on: the browser test's Chromium."""
+"""What CI and a fresh machine rely on: the browser test's Chromium, and the Pages workflow."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
 import pytest
+import yaml
 
 from conftest import ROOT
 
+WORKFLOW = ROOT / ".github" / "workflows" / "book.yml"
 INSTALL = "sudo apt-get install chromium chromium-driver"
 
 
@@ -45,3 +48,21 @@ def test_present_chromium_passes_silently():
     done = _chromium_check({"CHROMIUM": "sh", "CHROMEDRIVER": "sh"})
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
+
+def test_pages_workflow_builds_with_the_readme_command_and_deploys_the_html():
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    assert workflow[True]["push"]["branches"] == ["main"]  # YAML 1.1 reads the key `on` as True
+    assert workflow["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    build, deploy = workflow["jobs"]["build"]["steps"], workflow["jobs"]["deploy"]["steps"]
+    commands = [s["run"] for s in build if "run" in s]
+    readme = (ROOT / "README.md").read_text()
+    assert "make book    # build the book at its default scale into _build/html/index.html" in readme
+    assert any(re.search(r"(^|\s)make book$", c.strip()) for c in commands), f"no `make book` in {commands}"
+    assert not any("paper" in c for c in commands), "the workflow shows the committed caches, it runs no paper scale"
+    uses = {s["uses"].split("@")[0]: s for s in build + deploy if "uses" in s}
+    assert uses["actions/upload-pages-artifact"]["with"]["path"] == "_build/html"
+    assert "actions/deploy-pages" in uses and workflow["jobs"]["deploy"]["needs"] == "build"
+    data = next(c for c in commands if "make book" in c)
+    assert 'GMP_DATA="$HOME/.cache/gmp"' in data
+    caches = [s["with"]["path"] for s in build if s.get("uses", "").startswith("actions/cache@")]
+    assert "~/.cache/gmp" in caches, "the data cache is where GMP_DATA points"
