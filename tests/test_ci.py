@@ -16,18 +16,26 @@ WORKFLOW = ROOT / ".github" / "workflows" / "book.yml"
 INSTALL = "sudo apt-get install chromium chromium-driver"
 
 
-def _chromium_check(env: dict[str, str], unprivileged: bool = False) -> subprocess.CompletedProcess:
-    """``make chromium`` (the first step of ``make test``) with ``env`` added, as nobody when asked and root."""
-    command = ["make", "--no-print-directory", "chromium"]
+def _make(*args: str, env: dict[str, str] | None = None, unprivileged: bool = False) -> subprocess.CompletedProcess:
+    """``make args`` in the repository with ``env`` added, as nobody when asked and root; the flags of a
+    ``make test`` that runs this test are not passed on."""
+    command = ["make", "--no-print-directory", *args]
     if unprivileged and os.geteuid() == 0:
         if shutil.which("setpriv") is None:
             pytest.skip("setpriv is needed to run the check as a user who is not root")
         command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + command
-    return subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    outer = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(command, cwd=ROOT, env={**outer, **(env or {})}, capture_output=True, text=True, timeout=60)
+
+
+def _chromium_check(env: dict[str, str], unprivileged: bool = False) -> subprocess.CompletedProcess:
+    """``make chromium``, the first step of ``make test``."""
+    return _make("chromium", env=env, unprivileged=unprivileged)
 
 
 def test_make_test_checks_chromium_before_installing_or_testing():
-    done = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True)
+    done = _make("-n", "test")
+    assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == ".ci/chromium"
 
 
