@@ -12,7 +12,7 @@ MATHJAX := book/_static/mathjax/tex-chtml.js
 # made small convolutions several times slower with 2 threads than with 1.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: book test clean
+.PHONY: book test clean chromium
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,11 @@ book: $(VENV)/.installed $(MATHJAX)
 	GMP_SCALE=$(SCALE) $(VENV)/bin/jupyter-book build . --path-output $(OUT) -W -n --keep-going
 	@echo "The book is in $(OUT)/_build/html/index.html"
 
-test: $(VENV)/.installed $(MATHJAX)
+# The browser test's headless Chromium: installed when missing where possible, else the command is printed.
+chromium:
+	@.ci/chromium
+
+test: chromium $(VENV)/.installed $(MATHJAX)
 	$(PY) -m pytest
 
 clean:

@@ -67,7 +67,7 @@ def _chromium() -> str | None:
 @pytest.mark.browser
 def test_a_chapter_page_renders_math_and_figures_in_chromium(built_book, tmp_path):
     if _chromium() is None or shutil.which("chromedriver") is None:
-        pytest.fail("headless Chromium is needed: apt-get install chromium chromium-driver (.ci/run does)")
+        pytest.fail("headless Chromium is needed: sudo apt-get install chromium chromium-driver (make test does)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait

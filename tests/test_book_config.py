@@ -23,7 +23,9 @@ def _requirements(specs):
 
 def test_environment_yml_lists_the_same_dependencies_as_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = project["dependencies"] + [d for extra in ("book", "test") for d in project["optional-dependencies"][extra]]
+    extras = project["optional-dependencies"]
+    wanted = project["dependencies"] + [d for extra in ("notebook", "book", "test") for d in extras[extra]
+                                        if not d.startswith("gmp[")]
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert _requirements(p for p in pip if not p.startswith("-e")) == _requirements(wanted)
@@ -35,8 +37,25 @@ def test_repository_url_is_set_once_and_used_everywhere():
     assert project["urls"]["Homepage"] == url
     pages = chapters() + [ROOT / "book" / "claims.md"]
     for page in pages:
-        installs = re.findall(r'%pip install -q "gmp\[book\] @ git\+(\S+?)@main"', page.read_text())
-        assert installs == [url], f"{page.name}: its Colab install cell must install from {url}@main"
+        installs = re.findall(r'%pip install -q "gmp\[notebook\] @ git\+(\S+?)@main"', page.read_text())
+        assert installs == [url], f"{page.name}: its Colab install cell must install gmp[notebook] from {url}@main"
+
+
+BUILD_TOOLCHAIN = ("jupyter-book", "sphinx", "myst-nb", "myst-parser", "jupytext", "papermill", "jupyter-cache")
+
+
+def test_notebook_extra_holds_what_a_chapter_runs_with_and_no_build_toolchain():
+    """Colab installs gmp[notebook]: no book toolchain, no torch pin that would replace the runtime's torch."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    names = [re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower() for d in extras["notebook"]]
+    assert {"sympy", "scikit-learn", "scikit-image"} <= set(names)
+    assert not [n for n in names if n.startswith(BUILD_TOOLCHAIN)], f"gmp[notebook] pulls in the build toolchain: {names}"
+    assert "gmp[notebook]" in extras["book"], "the book extra builds on the notebook extra"
+    torches = [d.replace(" ", "") for d in project["dependencies"] if re.match(r"torch(vision)?\b", d)]
+    assert len(torches) == 2
+    for spec in torches:
+        assert re.fullmatch(r"torch(vision)?>=[0-9.]+", spec), f"{spec}: an upper bound or pin makes pip replace Colab's"
 
 
 def _toc_files(node) -> list[str]:

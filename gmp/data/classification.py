@@ -91,7 +91,7 @@ def digits(train: bool = True, seed: int = 0, test_fraction: float = 0.2) -> tup
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
     except ImportError as err:
-        raise ImportError("gmp.data.digits needs scikit-learn: pip install 'gmp[book]'") from err
+        raise ImportError("gmp.data.digits needs scikit-learn: pip install 'gmp[notebook]'") from err
     x, y = load_digits(return_X_y=True)
     x_train, x_test, y_train, y_test = train_test_split(
         x.astype(np.float64), y, test_size=test_fraction, random_state=int(seed), stratify=y)
