@@ -611,6 +611,7 @@ def plot_axes(rows: Mapping[str, Mapping[str, EpochCurves]]):
                                     "seconds per network (this CPU)")):
             _targets(ax)
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(plt.NullFormatter())
             ax.set_xlabel(xlabel)
             ax.grid(True, which="both", alpha=0.3)
         row[0].set_ylabel("whole-image PSNR (dB, [0, 1] scale)")
