@@ -69,3 +69,37 @@ def test_an_unfinished_paper_run_is_shown_as_partial(chapter, units, others, col
                  == "sbsnn_fit_sweep_paper"]
         final = f"{fit.psnr[-1]:.1f} dB after 60 steps"
         assert glued == [repr(f"lr 0.0002 (the paper's) {final}, lr 0.001 {final}, SIREN {final}")]
+
+
+@pytest.mark.chapter
+def test_the_author_chapter_shows_an_unfinished_paper_run_and_reads_its_numbers(tmp_path, monkeypatch):
+    """Fits journalled by an unfinished paper-scale run of sbsnn_author appear in its table of when each network
+    passes 50 and 56 dB, with the epochs, updates and seconds of the journalled curves; no claim is judged on them."""
+    from gmp.minibatch import EpochCurves
+
+    epochs = np.arange(1, 101)
+    mse = 10 ** (-epochs / 15)  # 50 dB at epoch 75, 56.02 dB at epoch 85
+    fit = EpochCurves(mse, mse, None, np.full(100, 1e-3), epochs * 2.0, 2048, 1.0, None)
+    units = {"readme-aggressive-0": {"script": fit.to_json()},
+             "fig7-sin-0": {"nerf": fit.to_json(), "rotated": fit.to_json()}}
+    digest = config.load("sbsnn_author", "paper").digest
+    root = tmp_path / "results"
+    journal = root / results.journal_path("sbsnn_author", "paper", digest).relative_to(results.results_root())
+    journal.parent.mkdir(parents=True)
+    journal.write_text("".join(json.dumps({"key": k, "value": v, "seconds": 1.0}) + "\n" for k, v in units.items()))
+    monkeypatch.setenv(results.ROOT_ENV, str(root))
+    monkeypatch.setenv("GMP_SCALE", "smoke")
+    monkeypatch.delenv("GMP_RESULTS_STAGING", raising=False)
+    page = next(p for p in chapters() if p.stem == "sbsnn_author")
+    executed = papermill.execute_notebook(
+        str(page.with_suffix(".ipynb")), str(tmp_path / "sbsnn_author.ipynb"), parameters={"SCALE": "smoke"},
+        cwd=str(page.parent), kernel_name="python3", progress_bar=False)
+    tables = [o["data"]["text/html"] for c in executed.cells for o in c.get("outputs", [])
+              if "56.0 dB: updates" in o.get("data", {}).get("text/html", "")]
+    assert len(tables) == 1
+    cells = [text.strip() for text in re.findall(r"<td [^>]*>(.*?)</td>", tables[0])]
+    assert cells.count(f"{75 * 2048:,}") == 3 and cells.count("150") == 3  # 50 dB: updates, seconds
+    assert cells.count("85") == 3 and cells.count(f"{85 * 2048:,}") == 3 and cells.count("170") == 3  # 56.0 dB
+    notes = [o["data"]["text/html"] for c in executed.cells for o in c.get("outputs", [])
+             if "Unfinished paper-scale run" in o.get("data", {}).get("text/html", "")]
+    assert len(notes) == 1 and "journalled 2 finished units" in notes[0]
