@@ -27,12 +27,13 @@ import functools
 import hashlib
 import html
 import json
+import math
 import os
 import pkgutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -562,6 +563,27 @@ class Claim:
         if verdict not in allowed:
             raise ValueError(f"claim {self.key!r} ({self.kind}) returned verdict {verdict!r}, expected one of {allowed}")
         return measured, verdict
+
+
+CONFIDENCE = 0.95
+"""The level of the confidence intervals of :func:`paired_interval` that comparative rules use."""
+
+
+def paired_interval(differences: Sequence[float], level: float = CONFIDENCE) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean of paired differences (one per seed) and its two-sided
+    Student-t confidence interval at ``level``; with a single difference the interval is
+    unbounded. A comparative rule calls a difference "beyond noise" when the interval excludes 0.
+    """
+    from scipy import stats
+
+    values = np.asarray(differences, dtype=np.float64)
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise ValueError(f"paired_interval needs one or more finite differences, got {values.tolist()}")
+    mean = float(values.mean())
+    if values.size == 1:
+        return mean, -math.inf, math.inf
+    half = float(stats.t.ppf(0.5 + level / 2, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size))
+    return mean, mean - half, mean + half
 
 
 PAPERS = {"chen": "Chen & Ge", "lu": "Lu et al.", "sbsnn": "SBSNN"}
