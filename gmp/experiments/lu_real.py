@@ -300,6 +300,16 @@ def step_seconds(width: int, depth: int, in_features: int, batch_size: int, devi
     return elapsed / steps
 
 
+PAPER_TRAIN_ROWS = {"mnist": 60_000, "cifar10": 50_000}
+"""Training-set sizes of MNIST and CIFAR-10."""
+
+
+def paper_updates() -> dict[str, int]:
+    """Mini-batch updates of one paper-scale network per data set: ``ceil(rows / batch) * epochs``."""
+    setup = PAPER["setup"]
+    return {d: math.ceil(n / setup["batch_size"]) * setup["epochs"][d] for d, n in PAPER_TRAIN_ROWS.items()}
+
+
 def paper_cost(layer_step_s: float, overhead_layer_step_s: float, gpu_tflops: float = 20.0,
                activations: int = 6) -> dict[str, float]:
     """An estimate of the cost of the paper-scale run of Table 2 (not a measurement of it).
@@ -315,9 +325,8 @@ def paper_cost(layer_step_s: float, overhead_layer_step_s: float, gpu_tflops: fl
     Per-epoch evaluation of the test set is not counted.
     """
     setup = PAPER["setup"]
-    rows = {"mnist": 60_000, "cifar10": 50_000}
     runs_per_dataset = 2 * activations * 2
-    steps = sum(math.ceil(n / setup["batch_size"]) * setup["epochs"][d] for d, n in rows.items()) * runs_per_dataset
+    steps = sum(paper_updates().values()) * runs_per_dataset
     layer_steps = steps * setup["depth"]
     step_flops = 6 * setup["batch_size"] * setup["width"] ** 2 * setup["depth"]
     flop_hours = steps * step_flops / (gpu_tflops * 1e12) / 3600

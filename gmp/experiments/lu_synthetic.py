@@ -17,7 +17,7 @@ import torch
 from scipy import stats
 
 from gmp.config import scaled
-from gmp.gpn import make_activation
+from gmp.gpn import gpn_constants, make_activation
 from gmp.models.deep import deep_mlp
 from gmp.progress import bar
 from gmp.propagation import gradient_norm_ratio, propagate
@@ -170,6 +170,15 @@ def summary(payload: Mapping[str, Any]) -> dict[str, dict[str, float]]:
                       "near_one": near_one(row, payload["bin_edges"]),
                       "rms_from_one": rms_from_one(row, payload["bin_edges"])}
     return out
+
+
+def selu_gpn_slopes() -> tuple[float, float]:
+    """SELU-GPN's derivative ``a lambda`` on the positive half-line and its supremum
+    ``a lambda alpha`` on the negative one (the limit at 0 from below)."""
+    a = gpn_constants("selu")[0]
+    x = torch.tensor([1.0, -1e-300], dtype=torch.float64, requires_grad=True)
+    slopes = torch.autograd.grad(torch.nn.functional.selu(x).sum(), x)[0]
+    return a * float(slopes[0]), a * float(slopes[1])
 
 
 def plot_profiles(payload: Mapping[str, Any], bases: list[str]):
