@@ -19,11 +19,13 @@ at initialisation; ours does not.)
 from __future__ import annotations
 
 import math
+import typing
 
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["angles_to_unit", "scaled_directions", "unit_to_angles", "uniform_directions"]
+__all__ = ["angles_to_unit", "scaled_directions", "unit_to_angles", "uniform_directions", "fourth_moment_test",
+           "FourthMomentTest"]
 
 
 def _angles_to_unit_reference(theta: torch.Tensor) -> torch.Tensor:
@@ -182,3 +184,38 @@ def uniform_directions(out: int, n: int, generator: torch.Generator | None = Non
         raise ValueError(f"n must be an int >= 1, got {n!r}")
     gaussian = torch.randn(out, n, generator=generator, dtype=dtype, device=device)
     return gaussian / gaussian.norm(dim=-1, keepdim=True)
+
+
+class FourthMomentTest(typing.NamedTuple):
+    """Result of :func:`fourth_moment_test`."""
+
+    ratio: float
+    """Mean of ``sum_i u_i^4`` over the directions divided by its value ``3 / (n + 2)`` on the sphere."""
+    z: float
+    """``(mean - 3 / (n + 2))`` in standard errors of the mean under uniformity."""
+    p_value: float
+    """Two-sided p-value of ``z`` (normal approximation, exact moments)."""
+
+
+def fourth_moment_test(u: torch.Tensor) -> FourthMomentTest:
+    """Test whether the rows of ``u`` (unit vectors, shape ``(m, n)``) are uniform on the sphere.
+
+    The second moments cannot tell: ``E[u_i^2] = 1/n`` for any direction whose coordinates
+    are exchangeable, such as the normalised i.i.d. weights of any initialisation. The fourth
+    moments can: on the unit sphere of R^n, ``E[u_i^4] = 3 / (n (n + 2))``, so each row's
+    ``s = sum_i u_i^4`` has mean ``3 / (n + 2)`` and variance
+    ``(9 n + 96) / ((n + 2)(n + 4)(n + 6)) - 9 / (n + 2)^2`` (from ``E[u_i^8] = 105 / (n (n + 2)
+    (n + 4)(n + 6))`` and ``E[u_i^4 u_j^4] = 9 / (n (n + 2)(n + 4)(n + 6))``). The rows are
+    independent, so the mean of ``s`` over ``m`` rows is compared with ``3 / (n + 2)`` in
+    standard errors ``sqrt(var / m)``. Normalised i.i.d. uniform weights (Glorot-uniform) have
+    ``E[u_i^4] ~ 9 / (5 n^2)``, 40% less, and are rejected at ``n = 100`` with a few hundred
+    directions; normalised Gaussian weights are uniform (Sec. 3.3 of Chen & Ge) and are not.
+    """
+    if u.ndim != 2 or u.shape[1] < 2 or u.shape[0] < 1:
+        raise ValueError(f"u must have shape (m, n) with m >= 1 and n >= 2, got {tuple(u.shape)}")
+    n, m = u.shape[1], u.shape[0]
+    s = (u.double() ** 4).sum(dim=1)
+    mean = 3 / (n + 2)
+    var = (9 * n + 96) / ((n + 2) * (n + 4) * (n + 6)) - 9 / (n + 2) ** 2
+    z = (float(s.mean()) - mean) / math.sqrt(var / m)
+    return FourthMomentTest(ratio=float(s.mean()) / mean, z=z, p_value=math.erfc(abs(z) / math.sqrt(2)))

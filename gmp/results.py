@@ -27,12 +27,13 @@ import functools
 import hashlib
 import html
 import json
+import math
 import os
 import pkgutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +52,25 @@ BUSY = object()
 REPRODUCED = "reproduced"
 PARTLY = "partly"
 NOT_REPRODUCED = "not reproduced"
+#: An identity (a theorem or algebraic identity checked numerically) holds within its stated tolerance.
+VERIFIED = "verified"
+#: An identity does not hold within its stated tolerance.
+FAILS = "fails"
 #: Shown when no paper-scale cache exists.
 NOT_RUN = "not yet run at paper scale"
 #: Shown when the paper-scale cache was computed with a different config.
 STALE = "stale: config changed since the paper-scale run"
 #: Shown when the paper-scale cache fails its checks (a file edited, missing or unreadable).
 CORRUPT = "corrupt: the paper-scale cache fails its checks"
-#: The verdicts a claim's rule may give; the ledger adds :data:`NOT_RUN`, :data:`STALE` and :data:`CORRUPT`.
+#: The verdicts the rule of a finding may give; the ledger adds :data:`NOT_RUN`, :data:`STALE` and :data:`CORRUPT`.
 VERDICTS: tuple[str, ...] = (REPRODUCED, PARTLY, NOT_REPRODUCED)
+#: The verdicts the rule of an identity may give (no "partly": it holds within its tolerance or not).
+IDENTITY_VERDICTS: tuple[str, ...] = (VERIFIED, FAILS)
+FINDING = "finding"
+IDENTITY = "identity"
+#: The kinds of claim and the verdicts each may give: a finding is an empirical claim that could have
+#: come out otherwise; an identity is a theorem or algebraic identity checked numerically.
+KIND_VERDICTS: dict[str, tuple[str, ...]] = {FINDING: VERDICTS, IDENTITY: IDENTITY_VERDICTS}
 
 STAGING_ENV = "GMP_RESULTS_STAGING"
 ROOT_ENV = "GMP_RESULTS"
@@ -527,8 +539,10 @@ class Claim:
     """A claim of a paper that a chapter tests.
 
     ``check(payload)`` receives the payload of the result ``result`` and returns
-    ``(measurement, verdict)``: a short text of what we measured and one of
-    :data:`VERDICTS`, decided by the stated ``rule``.
+    ``(measurement, verdict)``: a short text of what we measured and a verdict decided by the
+    stated ``rule``: one of :data:`VERDICTS` for a finding (``kind="finding"``, an empirical
+    claim that could have come out otherwise), one of :data:`IDENTITY_VERDICTS` for an
+    identity (``kind="identity"``, a theorem or algebraic identity checked numerically).
     """
 
     key: str
@@ -537,12 +551,39 @@ class Claim:
     result: str
     rule: str
     check: Callable[[Mapping[str, Any]], tuple[str, str]]
+    kind: str = FINDING
+
+    def __post_init__(self):
+        if self.kind not in KIND_VERDICTS:
+            raise ValueError(f"claim {self.key!r} has kind {self.kind!r}, expected one of {tuple(KIND_VERDICTS)}")
 
     def evaluate(self, payload: Mapping[str, Any]) -> tuple[str, str]:
         measured, verdict = self.check(payload)
-        if verdict not in VERDICTS:
-            raise ValueError(f"claim {self.key!r} returned verdict {verdict!r}, expected one of {VERDICTS}")
+        allowed = KIND_VERDICTS[self.kind]
+        if verdict not in allowed:
+            raise ValueError(f"claim {self.key!r} ({self.kind}) returned verdict {verdict!r}, expected one of {allowed}")
         return measured, verdict
+
+
+CONFIDENCE = 0.95
+"""The level of the confidence intervals of :func:`paired_interval` that comparative rules use."""
+
+
+def paired_interval(differences: Sequence[float], level: float = CONFIDENCE) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean of paired differences (one per seed) and its two-sided
+    Student-t confidence interval at ``level``; with a single difference the interval is
+    unbounded. A comparative rule calls a difference "beyond noise" when the interval excludes 0.
+    """
+    from scipy import stats
+
+    values = np.asarray(differences, dtype=np.float64)
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise ValueError(f"paired_interval needs one or more finite differences, got {values.tolist()}")
+    mean = float(values.mean())
+    if values.size == 1:
+        return mean, -math.inf, math.inf
+    half = float(stats.t.ppf(0.5 + level / 2, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size))
+    return mean, mean - half, mean + half
 
 
 PAPERS = {"chen": "Chen & Ge", "lu": "Lu et al.", "sbsnn": "SBSNN"}
@@ -573,6 +614,12 @@ def _table(rows: list[dict[str, str]]):
     return HTML(f'<table class="table gmp-claims"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
 
 
+def _claim_html(claim: Claim) -> str:
+    """The claim's text; an identity says so beneath it."""
+    note = "<br><small>(identity checked numerically)</small>" if claim.kind == IDENTITY else ""
+    return html.escape(claim.text) + note
+
+
 def _verdict_html(verdict: str) -> str:
     css = verdict.split(":")[0].replace(" ", "-")
     return f'<span class="verdict verdict-{css}">{html.escape(verdict)}</span>'
@@ -591,7 +638,7 @@ def claims_table(chapter: str, live: Mapping[str, Mapping[str, Any]], scale: str
         live_measured, live_verdict = claim.evaluate(live[claim.result])
         paper_measured, paper_verdict = _paper_scale_cell(chapter, claim)
         rows.append({
-            "Claim": html.escape(claim.text),
+            "Claim": _claim_html(claim),
             "Rule": html.escape(claim.rule),
             f"Ours at this build's scale ({scale})": f"{html.escape(live_measured)}<br>{_verdict_html(live_verdict)}",
             "Ours at paper scale (cache)": f"{html.escape(paper_measured)}<br>{_verdict_html(paper_verdict)}",
@@ -609,7 +656,8 @@ def experiment_chapters() -> list[str]:
 def ledger_rows(link_prefix: str = "") -> list[dict[str, str]]:
     """One row per claim of every chapter, with the verdict from the paper-scale cache.
 
-    Each row holds the HTML cells of the ledger and, under ``"verdict"``, the plain verdict.
+    Each row holds the HTML cells of the ledger and, under ``"verdict"`` and ``"kind"``, the
+    plain verdict and the kind of claim (``"finding"`` or ``"identity"``).
     """
     rows = []
     for chapter in experiment_chapters():
@@ -620,25 +668,42 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, str]]:
             rows.append({"Paper": html.escape(PAPERS.get(claim.paper, claim.paper)),
                          "Claim": html.escape(claim.text), "Rule": html.escape(claim.rule),
                          "Measured at paper scale": html.escape(measured), "Verdict": _verdict_html(verdict),
-                         "Chapter": link, "verdict": verdict})
+                         "Chapter": link, "verdict": verdict, "kind": claim.kind})
     return rows
 
 
+_KIND_TITLES = {FINDING: "Reproduced findings: empirical claims that could have come out otherwise",
+                IDENTITY: "Verified identities: theorems and algebraic identities checked numerically"}
+
+
+def ledger_counts(rows: list[dict[str, str]], kind: str) -> dict[str, dict[str, int]]:
+    """Per paper, how many claims of ``kind`` in :func:`ledger_rows` ``rows`` have each verdict."""
+    verdicts = [*KIND_VERDICTS[kind], NOT_RUN, STALE, CORRUPT]
+    mine = [row for row in rows if row["kind"] == kind]
+    counts = {paper: dict.fromkeys(verdicts, 0) for paper in dict.fromkeys(r["Paper"] for r in mine)}
+    for row in mine:
+        counts[row["Paper"]][row["verdict"]] += 1
+    return counts
+
+
 def ledger(link_prefix: str = ""):
-    """The claims ledger of the whole book: verdict counts per paper, then every claim."""
+    """The claims ledger of the whole book: findings and identities apart, each with its
+    verdict counts per paper, then its claims."""
     from IPython.display import HTML
 
     rows = ledger_rows(link_prefix)
     if not rows:
         return _table(rows)
-    verdicts = [*VERDICTS, NOT_RUN, STALE, CORRUPT]
-    counts = {paper: dict.fromkeys(verdicts, 0) for paper in dict.fromkeys(r["Paper"] for r in rows)}
-    for row in rows:
-        counts[row["Paper"]][row["verdict"]] += 1
-    summary = [{"Paper": paper, **{v: str(n) for v, n in c.items()}} for paper, c in counts.items()]
-    for row in rows:
-        del row["verdict"]
-    return HTML(_table(summary).data + _table(rows).data)
+    parts = []
+    for kind, title in _KIND_TITLES.items():
+        counts = ledger_counts(rows, kind)
+        if not counts:
+            continue
+        summary = [{"Paper": paper, **{v: str(n) for v, n in c.items()}} for paper, c in counts.items()]
+        claims = [{k: v for k, v in row.items() if k not in ("verdict", "kind")} for row in rows if row["kind"] == kind]
+        parts.append(f'<p class="gmp-ledger-kind"><strong>{html.escape(title)}</strong></p>'
+                     + _table(summary).data + _table(claims).data)
+    return HTML("".join(parts))
 
 
 def _chapter_folder(chapter: str) -> str | None:

@@ -139,3 +139,22 @@ def test_scaled_directions_value_and_gradcheck():
     assert torch.autograd.gradcheck(scaled_directions, (theta.requires_grad_(True), scale.requires_grad_(True)))
     with pytest.raises(ValueError, match=r"scale \(m,\)"):
         scaled_directions(theta, scale[:3])
+
+
+def test_fourth_moment_test_rejects_glorot_uniform_directions_and_accepts_gaussian_ones():
+    n, m = 100, 20_000
+    g = torch.Generator().manual_seed(0)
+    glorot = torch.nn.init.xavier_uniform_(torch.empty(m, n, dtype=torch.float64), generator=g)
+    glorot = glorot / glorot.norm(dim=1, keepdim=True)
+    # The second moments cannot tell them apart: every mean u_i^2 lies within noise of 1/n.
+    stderr = math.sqrt(2 * (n - 1) / (n * n * (n + 2)) / m)
+    assert float(((glorot ** 2).mean(dim=0) - 1 / n).abs().max()) < 5 * stderr
+    rejected = gmp.hyperspherical.fourth_moment_test(glorot)
+    assert rejected.z < -100 and rejected.p_value < 1e-12 and abs(rejected.ratio - 0.6) < 0.02
+    for seed in range(5):
+        gaussian = gmp.hyperspherical.uniform_directions(m, n, generator=torch.Generator().manual_seed(seed),
+                                                     dtype=torch.float64)
+        accepted = gmp.hyperspherical.fourth_moment_test(gaussian)
+        assert abs(accepted.z) < 4 and accepted.p_value > 1e-4 and abs(accepted.ratio - 1) < 0.01
+    with pytest.raises(ValueError, match="shape"):
+        gmp.hyperspherical.fourth_moment_test(torch.ones(5))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gmp import config, results
-from gmp.results import NOT_RUN, PARTLY, REPRODUCED, STALE, Claim
+from gmp.results import FAILS, NOT_RUN, PARTLY, REPRODUCED, STALE, VERIFIED, Claim
 
 
 def _check(payload):
@@ -173,6 +173,41 @@ def test_a_claim_must_return_a_known_verdict():
     claim = Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", "probably"))
     with pytest.raises(ValueError, match="verdict 'probably'"):
         claim.evaluate({})
+    with pytest.raises(ValueError, match="verdict 'verified'"):
+        Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", VERIFIED)).evaluate({})
+    with pytest.raises(ValueError, match="verdict 'reproduced'"):
+        Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", REPRODUCED), kind="identity").evaluate({})
+    with pytest.raises(ValueError, match="kind 'theorem'"):
+        Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", VERIFIED), kind="theorem")
+
+
+def test_the_ledger_shows_findings_and_identities_apart_with_counts_per_paper(chapter, tmp_path, monkeypatch):
+    identity = Claim("fake-identity", "chen", "The gap is an identity.", "summary", "verified if gap < 1",
+                     lambda p: (f"gap {p['gap']:.2f}", VERIFIED if p["gap"] < 1 else FAILS), kind="identity")
+    lu_finding = Claim("fake-lu", "lu", "Lu's gap is small.", "summary", "reproduced if gap < 1", _check)
+    chapter.CLAIMS = [*chapter.CLAIMS, identity, lu_finding]
+    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    _publish(tmp_path, "paper", {"gap": 0.5}, config.load("fake_chapter", "paper").digest)
+    rows = results.ledger_rows()
+    assert [(r["kind"], r["verdict"]) for r in rows] == [("finding", REPRODUCED), ("identity", VERIFIED),
+                                                         ("finding", REPRODUCED)]
+    assert results.ledger_counts(rows, "finding") == {
+        "Chen &amp; Ge": {REPRODUCED: 1, PARTLY: 0, results.NOT_REPRODUCED: 0, NOT_RUN: 0, STALE: 0,
+                          results.CORRUPT: 0},
+        "Lu et al.": {REPRODUCED: 1, PARTLY: 0, results.NOT_REPRODUCED: 0, NOT_RUN: 0, STALE: 0,
+                      results.CORRUPT: 0}}
+    assert results.ledger_counts(rows, "identity") == {
+        "Chen &amp; Ge": {VERIFIED: 1, FAILS: 0, NOT_RUN: 0, STALE: 0, results.CORRUPT: 0}}
+    page = results.ledger().data
+    findings, identities = page.split("Verified identities")
+    assert "Reproduced findings" in findings and "Lu&#x27;s gap is small." in findings
+    assert "The gap is an identity." not in findings and "The gap is an identity." in identities
+    assert "<th>verified</th><th>fails</th>" in identities and "<th>reproduced</th>" not in identities
+    assert "<td>Chen &amp; Ge</td><td>1</td><td>0</td><td>0</td><td>0</td><td>0</td></tr>" in identities
+    _publish(tmp_path, "paper", {"gap": 3.0}, config.load("fake_chapter", "paper").digest)
+    assert [r["verdict"] for r in results.ledger_rows()] == [PARTLY, FAILS, PARTLY]
+    assert "(identity checked numerically)" in results.claims_table("fake_chapter", {"summary": {"gap": 0.1}},
+                                                                   "small").data
 
 
 def test_glue_stores_numpy_and_torch_scalars_as_python_numbers(monkeypatch):

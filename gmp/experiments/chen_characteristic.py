@@ -21,7 +21,7 @@ from gmp.characteristic import PERTURBED_PARAMS, characteristic_points, perturb_
 from gmp.config import Config, scaled
 from gmp.hyperspherical import angles_to_unit, unit_to_angles
 from gmp.layers import GmPLinear
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp.results import FAILS, IDENTITY, NOT_REPRODUCED, PARTLY, REPRODUCED, VERIFIED, Claim
 
 NAMES: dict[str, str] = {"sp": "SP", "wn": "WN", "gmp": "GmP"}
 """Display names of the parameterizations compared in Fig. 1e-h."""
@@ -220,24 +220,43 @@ def row_at(payload: Mapping[str, Any], param: str, eps: float) -> Mapping[str, A
     raise ValueError(f"no perturbation result for {param} at eps = {eps}; have {[r['eps'] for r in payload[param]]}")
 
 
+ANGLE_TOLERANCE = 1e-9
+"""Eq. (9) holds if every |angle change - eps| is below this (rad): float64 rounding of the
+angles is a few 1e-16 rad, so this leaves a factor of about 1e6 of slack above rounding,
+while it is 1e-5 of the smallest eps (1e-4): any real failure of the identity exceeds it."""
+
+RADIUS_ROUNDING = 1e4 * 2.0 ** -52
+"""The change of the boundary's distance to the origin, ``| |phi'| - |phi| |``, may exceed
+``eps`` by this times the largest ``|phi|`` of the sample: the two norms are each rounded to a
+few units of ``2^-52 |phi|``, so 1e4 such units leave a factor of about 100 of slack above the
+rounding we measure (1.4e-11 at max|phi| = 553), while the tolerance (1.2e-9 there) stays about
+1e-5 of the smallest eps: a real failure of the bound exceeds it."""
+
+
+def radius_tolerance(payload: Mapping[str, Any], eps: float) -> float:
+    """The largest change of the distance to the origin that the smooth-move rule accepts at ``eps``."""
+    return eps + RADIUS_ROUNDING * (payload["phi_norm"]["max"] + eps)
+
+
 def _gmp_angle_exact(payload: Mapping[str, Any]) -> tuple[str, str]:
     err = max(row["max_angle_error"] for row in payload["gmp"])
-    text = f"largest |angle - eps| over {payload['units']:,} units and eps in {payload['eps']}: {err:.1e} rad"
-    return text, REPRODUCED if err < 1e-9 else PARTLY if err < 1e-6 else NOT_REPRODUCED
+    text = (f"largest |angle - eps| over {payload['units']:,} units and eps in {payload['eps']}: {err:.1e} rad "
+            f"(tolerance {ANGLE_TOLERANCE:g})")
+    return text, VERIFIED if err < ANGLE_TOLERANCE else FAILS
 
 
 def _gmp_smooth(payload: Mapping[str, Any]) -> tuple[str, str]:
     rows = payload["gmp"]
     fraction = min(row["bound_fraction"] for row in rows)
     medians = [row["shift"]["median"] for row in rows]
-    radius = max(row["max_radius_change"] / row["eps"] for row in rows)
+    excess = max((row["max_radius_change"] - row["eps"]) / (radius_tolerance(payload, row["eps"]) - row["eps"])
+                 for row in rows)
     increasing = all(a < b for a, b in zip(medians, medians[1:]))
     text = (f"units within ||dphi|| <= (1+|lam|) eps: {100 * fraction:.4f}% (worst eps); "
             f"median ||dphi|| / eps: {', '.join(f'{m / row_eps:.3f}' for m, row_eps in zip(medians, payload['eps']))}; "
-            f"max | |phi'| - |phi| | / eps: {radius:.6f}")
-    if fraction == 1.0 and increasing and radius <= 1 + 1e-9:
-        return text, REPRODUCED
-    return text, PARTLY if fraction >= 0.99 else NOT_REPRODUCED
+            f"largest excess of | |phi'| - |phi| | over eps: {excess:.2g} of the rounding tolerance "
+            f"{RADIUS_ROUNDING:.1e} max|phi| (max|phi| = {payload['phi_norm']['max']:.3g})")
+    return text, VERIFIED if fraction == 1.0 and increasing and excess <= 1 else FAILS
 
 
 def _sp_wn_drastic(payload: Mapping[str, Any]) -> tuple[str, str]:
@@ -276,22 +295,25 @@ def _uniform_directions(payload: Mapping[str, Any]) -> tuple[str, str]:
             f"{', '.join(row['source'].split()[-1] for row in gaussian)} give every mean u_i^2 within "
             f"{worst:.1f} standard errors of 1/n = {1 / payload['n']:.4f} (uniform angles: mean u_1^2 = "
             f"{angles['first']:.3f})")
-    return text, REPRODUCED if worst <= 5 else PARTLY if worst <= 10 else NOT_REPRODUCED
+    return text, VERIFIED if worst <= 5 else FAILS
 
 
 CLAIMS = [
     Claim(key="chen-characteristic-gmp-angle", paper="chen", result="perturbation",
           text="Eq. (9): in 2-D, perturbing the GmP angle by eps turns the characteristic boundary by exactly eps.",
-          rule="reproduced if the largest |angle change - eps| over all sampled units and eps values is below "
-               "1e-9 rad (float64 rounding); partly if below 1e-6; else not reproduced",
-          check=_gmp_angle_exact),
+          rule="verified if the largest |angle change - eps| over all sampled units and eps values is below "
+               "1e-9 rad (float64 rounding of an angle is a few 1e-16 rad; 1e-9 is 1e-5 of the smallest eps); "
+               "else fails",
+          check=_gmp_angle_exact, kind=IDENTITY),
     Claim(key="chen-characteristic-gmp-smooth", paper="chen", result="perturbation",
           text="Fig. 1e-h: under GmP the boundary moves smoothly, gradually away from its original spatial "
                "location as eps grows.",
-          rule="reproduced if every sampled unit moves its spatial location by at most (1 + |lambda|) eps, its "
-               "distance to the origin by at most eps, and the median move grows with eps; partly if at least "
-               "99% of units obey the bound; else not reproduced",
-          check=_gmp_smooth),
+          rule="verified if every sampled unit moves its spatial location by at most (1 + |lambda|) eps "
+               "(triangle inequality; counted with a relative slack of 1e-9 for rounding), its distance to the "
+               "origin by at most eps + 1e4 * 2^-52 * max|phi| (1e4 units of float64 rounding of the largest "
+               "|phi| of the sample, about 100 times the rounding measured), and the median move grows with "
+               "eps; else fails",
+          check=_gmp_smooth, kind=IDENTITY),
     Claim(key="chen-characteristic-sp-wn-drastic", paper="chen", result="perturbation",
           text="Sec. 2.4 / Fig. 1e-h: under SP and WN even eps = 1e-3 can drastically change the spatial location "
                "of the boundary (units with w, b ~ 0.001 N(0, 1)).",
@@ -308,9 +330,12 @@ CLAIMS = [
     Claim(key="chen-characteristic-uniform-init", paper="chen", result="init",
           text="Sec. 3.3: i.i.d. zero-mean Gaussian weights induce directions uniform on the unit sphere, "
                "whatever the variance.",
-          rule="reproduced if, for every tested standard deviation, the mean of u_i^2 of every coordinate lies "
-               "within 5 standard errors of 1/n (n = 50); partly if within 10; else not reproduced",
-          check=_uniform_directions),
+          rule="verified if, for every tested standard deviation, the mean of u_i^2 of every coordinate lies "
+               "within 5 standard errors of 1/n (n = 50); else fails. This checks a necessary condition only: "
+               "the normalised i.i.d. weights of any initialisation meet it (their coordinates are "
+               "exchangeable). gmp.fourth_moment_test (E[u_i^4] = 3/(n(n+2)) on the sphere) tells uniform "
+               "directions from Glorot-uniform ones; this chapter's cached run predates it",
+          check=_uniform_directions, kind=IDENTITY),
 ]
 
 

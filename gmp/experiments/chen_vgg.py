@@ -219,6 +219,7 @@ def best_method(payload: Mapping[str, Any], batch_size: int, metric: str = "top1
 
 # ---------------------------------------------------------------- claims
 
+_DIVERGED = "; a variant with no accuracy (its runs diverged before any evaluation) counts as chance"
 _STAND_IN = ("; on a stand-in data set (not ImageNet32) the verdict is at most 'partly', "
              "and only the paper-scale run can reproduce the claim")
 
@@ -230,14 +231,29 @@ def _capped(payload: Mapping[str, Any], verdict: str, paper_dataset: str = "imag
     return verdict
 
 
+def chance(payload: Mapping[str, Any], metric: str) -> float:
+    """Top-1 or top-5 accuracy (%) of guessing: what a cell with no accuracy (its runs diverged
+    before any evaluation) counts as in the claims."""
+    return 100 * (1 if metric == "top1" else 5) / num_classes(payload)
+
+
+def claim_accuracy(payload: Mapping[str, Any], variant: str, batch: int, metric: str) -> float:
+    """The mean ``metric`` (%) of ``variant`` at ``batch``, or :func:`chance` where it has none."""
+    value = payload["summary"][variant][str(batch)][metric]
+    return chance(payload, metric) if value is None else value
+
+
+def _diverged_cells(payload: Mapping[str, Any]) -> str:
+    cells = [f"{v} b{b}" for v, row in payload["summary"].items() for b in payload["batch_sizes"]
+             if row[str(b)]["top1"] is None]
+    return f"; no accuracy (diverged), counted as chance: {', '.join(cells)}" if cells else ""
+
+
 def _best_counts(payload: Mapping[str, Any]) -> tuple[int, int, list[str]]:
     wins, cells, notes = 0, 0, []
     for b in payload["batch_sizes"]:
         for metric in ("top1", "top5"):
-            values = {v: payload["summary"][v][str(b)][metric] for v in payload["summary"]}
-            values = {v: x for v, x in values.items() if x is not None}
-            if not values:
-                continue
+            values = {v: claim_accuracy(payload, v, b, metric) for v in payload["summary"]}
             cells += 1
             best = max(values, key=values.get)
             wins += best == "GmP+MN"
@@ -247,41 +263,36 @@ def _best_counts(payload: Mapping[str, Any]) -> tuple[int, int, list[str]]:
 
 def _gmp_mn_best(payload: Mapping[str, Any]) -> tuple[str, str]:
     wins, cells, notes = _best_counts(payload)
-    text = f"GmP+MN best in {wins} of {cells} (batch, metric) cells ({'; '.join(notes)})"
+    text = f"GmP+MN best in {wins} of {cells} (batch, metric) cells ({'; '.join(notes)})" + _diverged_cells(payload)
     verdict = REPRODUCED if cells and wins == cells else PARTLY if 2 * wins >= cells > 0 else NOT_REPRODUCED
     return text, _capped(payload, verdict)
 
 
-def margins(payload: Mapping[str, Any], metric: str = "top1") -> list[float | None]:
-    """GmP+MN's accuracy minus the best of the other variants, per batch size (points of %)."""
+def margins(payload: Mapping[str, Any], metric: str = "top1") -> list[float]:
+    """GmP+MN's accuracy minus the best of the other variants, per batch size (points of %);
+    a variant with no accuracy counts as chance."""
     out = []
     for b in payload["batch_sizes"]:
-        cells = payload["summary"]
-        others = [cells[v][str(b)][metric] for v in cells if v != "GmP+MN" and cells[v][str(b)][metric] is not None]
-        mine = cells["GmP+MN"][str(b)][metric]
-        out.append(None if mine is None or not others else mine - max(others))
+        others = [claim_accuracy(payload, v, b, metric) for v in payload["summary"] if v != "GmP+MN"]
+        out.append(claim_accuracy(payload, "GmP+MN", b, metric) - max(others))
     return out
 
 
 def _advantage_grows(payload: Mapping[str, Any]) -> tuple[str, str]:
     top1, top5 = margins(payload, "top1"), margins(payload, "top5")
-    if None in top1 + top5:
-        return "a run diverged or is missing", NOT_REPRODUCED
     text = (f"margin of GmP+MN over the best other variant, smallest -> largest batch: top-1 "
-            f"{top1[0]:+.2f} -> {top1[-1]:+.2f}, top-5 {top5[0]:+.2f} -> {top5[-1]:+.2f} points")
+            f"{top1[0]:+.2f} -> {top1[-1]:+.2f}, top-5 {top5[0]:+.2f} -> {top5[-1]:+.2f} points"
+            + _diverged_cells(payload))
     grows = [m[-1] > m[0] for m in (top1, top5)]
     verdict = REPRODUCED if all(grows) else PARTLY if any(grows) else NOT_REPRODUCED
     return text, _capped(payload, verdict)
 
 
 def _mn_helps(payload: Mapping[str, Any]) -> tuple[str, str]:
-    diffs = []
-    for b in payload["batch_sizes"]:
-        a, c = payload["summary"]["GmP+MN"][str(b)]["top1"], payload["summary"]["GmP"][str(b)]["top1"]
-        diffs.append(None if a is None or c is None else a - c)
-    if None in diffs:
-        return "a run diverged or is missing", NOT_REPRODUCED
-    text = "top-1 of GmP+MN minus GmP per batch size: " + ", ".join(f"{d:+.2f}" for d in diffs) + " points"
+    diffs = [claim_accuracy(payload, "GmP+MN", b, "top1") - claim_accuracy(payload, "GmP", b, "top1")
+             for b in payload["batch_sizes"]]
+    text = ("top-1 of GmP+MN minus GmP per batch size: " + ", ".join(f"{d:+.2f}" for d in diffs) + " points"
+            + _diverged_cells(payload))
     better = sum(d > 0 for d in diffs)
     verdict = REPRODUCED if better == len(diffs) else PARTLY if better else NOT_REPRODUCED
     return text, _capped(payload, verdict)
@@ -309,19 +320,19 @@ CLAIMS = [
           text="VGG-6 on ImageNet32: GmP+MN achieves the best top-1 and top-5 validation accuracy for all batch "
                "sizes (256, 512, 1024) (Table 2).",
           rule="reproduced if GmP+MN has the highest mean in all 6 (batch size, metric) cells; partly if in at "
-               "least half of them; else not reproduced" + _STAND_IN,
+               "least half of them; else not reproduced" + _DIVERGED + _STAND_IN,
           check=_gmp_mn_best),
     Claim(key="chen-vgg-batch-advantage", paper="chen", result="table2",
           text="The improvement of GmP+MN over the other methods becomes larger as the batch size increases "
                "(Table 2).",
           rule="margin = GmP+MN minus the best other variant; reproduced if the margin at the largest batch "
                "exceeds that at the smallest for both top-1 and top-5; partly if for one of them; else not "
-               "reproduced" + _STAND_IN,
+               "reproduced" + _DIVERGED + _STAND_IN,
           check=_advantage_grows),
     Claim(key="chen-vgg-mn-helps", paper="chen", result="table2",
           text="Mean normalization improves GmP in deep networks: GmP+MN beats GmP (Table 2).",
           rule="reproduced if GmP+MN's mean top-1 exceeds GmP's at every batch size; partly if at some; else "
-               "not reproduced" + _STAND_IN,
+               "not reproduced" + _DIVERGED + _STAND_IN,
           check=_mn_helps),
     Claim(key="chen-vgg-fastest", paper="chen", result="fig4",
           text="GmP achieves the fastest convergence among all compared methods (Fig. 4, batch size 1024).",

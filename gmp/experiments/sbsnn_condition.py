@@ -14,7 +14,7 @@ from scipy import integrate
 
 from gmp.activations import ACTIVATION_LABELS, ACTIVATION_TEXT, activation, strong_condition
 from gmp.config import scaled
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, missing_cell
+from gmp.results import FAILS, IDENTITY, NOT_REPRODUCED, PARTLY, REPRODUCED, VERIFIED, Claim, missing_cell
 
 FIG_ACTIVATIONS = ["sqrt_sigmoid", "sin", "gpn_tanh", "gpn_gelu", "gpn_elu", "gpn_leaky_relu", "gpn_relu"]
 """The seven activations of Figs. 1-2, in the order of their captions."""
@@ -262,21 +262,21 @@ def _theorem1_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     rows = payload["rows"]
     agree = sum(row["satisfies"] == row["theorem1_says"] for row in rows)
     measured = f"{agree} of {len(rows)} candidates behave as Theorem 1 says (sympy)"
-    return measured, REPRODUCED if agree == len(rows) else NOT_REPRODUCED
+    return measured, VERIFIED if agree == len(rows) else FAILS
 
 
 def _theorem2_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     rows = payload["rows"]
     worst = max(max(rows[k]["value_violation"], rows[k]["derivative_violation"]) for k in ("triangle", "abs_sin"))
     holds = all(rows[k]["holds"] for k in ("triangle", "abs_sin"))
-    return f"largest violation {worst:.1e} (tolerance 1e-5)", REPRODUCED if holds else NOT_REPRODUCED
+    return f"largest violation {worst:.1e} (tolerance 1e-5)", VERIFIED if holds else FAILS
 
 
 def _theorem3_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     symmetric = {k: v for k, v in payload["sin"].items() if k != "exponential"}
     worst = max(abs(v - PAPER["theorem3_moment"]) for values in symmetric.values() for v in values)
     measured = f"max |E[f^(n)(W)^2] - 1| = {worst:.1e} over {len(symmetric)} symmetric laws"
-    return measured, REPRODUCED if worst < 1e-6 else PARTLY if worst < 1e-2 else NOT_REPRODUCED
+    return measured, VERIFIED if worst < 1e-6 else FAILS
 
 
 CLAIMS = [
@@ -298,23 +298,22 @@ CLAIMS = [
           text="Theorem 1: +-sqrt(2) sin(x + pi/4) and +-sqrt(2) cos(x + pi/4) satisfy the strong condition "
                "and the other smooth candidates do not.",
           result="theorem1",
-          rule="reproduced if the symbolic residuals vanish exactly for the four solutions and for no other "
-               "candidate; else not reproduced",
-          check=_theorem1_check),
+          rule="verified if the symbolic residuals vanish exactly for the four solutions and for no other "
+               "candidate; else fails",
+          check=_theorem1_check, kind=IDENTITY),
     Claim(key="sbsnn-theorem2", paper="sbsnn",
           text="Theorem 2: sqrt(2) sin(T(x) + pi/4) (triangle wave T) and sqrt(2)|sin(x + pi/4)| satisfy the "
                "strong condition with one-sided derivatives at their kinks.",
           result="condition",
-          rule="reproduced if both pass the numerical check (all violations below 1e-5 on [-10, 10]); "
-               "else not reproduced",
-          check=_theorem2_check),
+          rule="verified if both pass the numerical check (all violations below 1e-5 on [-10, 10]); "
+               "else fails",
+          check=_theorem2_check, kind=IDENTITY),
     Claim(key="sbsnn-theorem3", paper="sbsnn",
           text="Theorem 3: E[f^(n)(W)^2] = 1 for every derivative order n and every symmetric W when "
                "f = sqrt(2) sin(x + pi/4).",
           result="theorem3",
-          rule="reproduced if |E - 1| < 1e-6 for orders 0-5 and all symmetric laws tested; partly if < 1e-2; "
-               "else not reproduced",
-          check=_theorem3_check),
+          rule="verified if |E - 1| < 1e-6 for orders 0-5 and all symmetric laws tested; else fails",
+          check=_theorem3_check, kind=IDENTITY),
 ]
 
 
