@@ -373,15 +373,26 @@ def _reached(row: Mapping[str, Any] | None, key: str, axis: str) -> int | float 
     return None if row is None else row["reach"][key][axis]
 
 
-def _fig7_check(payload: Mapping[str, Any], which: str, target: str, axis: str, limit: float) -> tuple[str, str]:
-    rows = payload["rows"]
-    names = [f"{a}/rotated" for a in SBSNN_FAMILY if f"{a}/rotated" in rows]
+def family_reach(rows: Mapping[str, Any], variant: str, which: str, target: str, axis: str,
+                 limit: float) -> tuple[str, str]:
+    """A claim's check that each SBSNN-family network ``<activation>/<variant>`` reaches a PSNR target in time.
+
+    ``rows`` are :func:`fit_row` rows by curve name; the target is ``target`` of
+    :data:`PSNR_TARGETS` by the ``which`` PSNR, counted on ``axis`` (``"epochs"``,
+    ``"updates"`` or ``"seconds"``). Reproduced if every network of the family that ran gets
+    there within ``limit``, partly if at least one does.
+    """
+    names = [f"{a}/{variant}" for a in SBSNN_FAMILY if f"{a}/{variant}" in rows]
     got = {n: _reached(rows[n], f"{target}-{which}", axis) for n in names}
     measured = f"{axis} to {PSNR_TARGETS[target]:.0f} dB ({which} PSNR): " + ", ".join(
         f"{n.split('/')[0]} {'never' if v is None else f'{v:,.0f}'}" for n, v in got.items())
     fast = [n for n, v in got.items() if v is not None and v <= limit]
     verdict = REPRODUCED if names and len(fast) == len(names) else PARTLY if fast else NOT_REPRODUCED
     return measured, verdict
+
+
+def _fig7_check(payload: Mapping[str, Any], which: str, target: str, axis: str, limit: float) -> tuple[str, str]:
+    return family_reach(payload["rows"], "rotated", which, target, axis, limit)
 
 
 def _readme_check(payload: Mapping[str, Any], schedule: str) -> tuple[str, str]:

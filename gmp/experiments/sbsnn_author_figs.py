@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from gmp.config import scaled
-from gmp.experiments.sbsnn_author import (FIG7_ACTIVATIONS, PSNR_TARGETS, SBSNN_FAMILY, data, encoded, figure_spec,
+from gmp.experiments.sbsnn_author import (FIG7_ACTIVATIONS, SBSNN_FAMILY, data, encoded, family_reach, figure_spec,
                                           fit_row, label, siren_spec)
 from gmp.minibatch import EpochCurves, fit_stack, layers
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
@@ -176,16 +176,6 @@ def reading(payload: Mapping[str, Any]) -> str:
     return ("; ".join(parts) + ".") if parts else "no fit has finished yet."
 
 
-def _reach_check(payload: Mapping[str, Any], figure: str, variant: str, key: str, limit: int) -> tuple[str, str]:
-    rows = payload["figures"][figure]
-    names = [f"{a}/{variant}" for a in SBSNN_FAMILY if f"{a}/{variant}" in rows]
-    got = {n: rows[n]["reach"][key]["epochs"] for n in names}
-    measured = f"epochs to {PSNR_TARGETS[key.split('-')[0]]:.0f} dB ({key.split('-')[1]} PSNR): " + ", ".join(
-        f"{n.split('/')[0]} {'never' if v is None else v}" for n, v in got.items())
-    fast = [n for n, v in got.items() if v is not None and v <= limit]
-    return measured, REPRODUCED if names and len(fast) == len(names) else PARTLY if fast else NOT_REPRODUCED
-
-
 def _faster_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     rows, epoch = payload["figures"]["fig4"], payload["compare_epoch"]
     siren = rows["siren/minibatch"]["psnr_train_at"]
@@ -212,13 +202,13 @@ CLAIMS = [
                "(50 dB) in around 500 iterations (epochs of mini-batches of 32), by the PSNR he plots.",
           result="figs", rule="reproduced if each of the three SBSNN-family networks reaches 50 dB epoch-mean PSNR "
                               "within the run's 550 epochs; partly if at least one does; else not reproduced",
-          check=lambda p: _reach_check(p, "fig4", "siren_layer", "author-epoch", 550)),
+          check=lambda p: family_reach(p["figures"]["fig4"], "siren_layer", "epoch", "author", "epochs", 550)),
     Claim(key="sbsnn-fit-500-siren-scale", paper="sbsnn",
           text="Fig. 4 against SIREN's own bar: the same networks pass SIREN's MSE 1e-5 on [-1, 1] values (56.0 dB) "
                "within the run's epochs, by a whole-image evaluation.",
           result="figs", rule="reproduced if each of the three SBSNN-family networks reaches 56.0 dB whole-image PSNR "
                               "within the run's 550 epochs; partly if at least one does; else not reproduced",
-          check=lambda p: _reach_check(p, "fig4", "siren_layer", "siren-train", 550)),
+          check=lambda p: family_reach(p["figures"]["fig4"], "siren_layer", "train", "siren", "epochs", 550)),
     Claim(key="sbsnn-fit-faster-author", paper="sbsnn",
           text="Fig. 4 as the author ran it: these SBSNNs fit the image faster than SIREN (SIREN under the same "
                "mini-batch protocol at its own rate, 1e-4).",
