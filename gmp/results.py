@@ -27,6 +27,7 @@ import functools
 import hashlib
 import html
 import json
+import math
 import os
 import pkgutil
 import tempfile
@@ -440,8 +441,9 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
     """The complete entries of a journal: JSON objects with a string ``key`` and a ``value``.
 
     A line cut short by an interruption (not valid JSON) is skipped. A line that is not an
-    entry (valid JSON of another shape, or bytes that are not UTF-8) is skipped with a
-    warning naming the file and the line, so that it never blocks a resume.
+    entry (valid JSON of another shape, bytes that are not UTF-8, or an entry whose ``code``,
+    ``modules`` or ``seconds`` has the wrong type, see :func:`_entry_metadata_problem`) is
+    skipped with a warning naming the file and the line, so that it never blocks a resume.
     """
     entries = []
     for number, raw in enumerate(path.read_bytes().splitlines() if path.is_file() else [], start=1):
@@ -456,8 +458,31 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
             warnings.warn(f"{path}, line {number}: skipped, not a journal entry "
                           f"(a JSON object with a string 'key' and a 'value'): {raw[:80]!r}", stacklevel=2)
             continue
+        if problem := _entry_metadata_problem(entry):
+            warnings.warn(f"{path}, line {number}: skipped, {problem}: {raw[:80]!r}", stacklevel=2)
+            continue
         entries.append(entry)
     return entries
+
+
+def _entry_metadata_problem(entry: dict[str, Any]) -> str | None:
+    """What is wrong with the optional fields of a journal entry, None if nothing.
+
+    ``Store.memo`` writes ``code`` (a string), ``modules`` (strings by string) and
+    ``seconds`` (a finite number >= 0); a line with any of them of another type was not
+    written by gmp, so its value is not trusted either: the whole line is skipped (the unit is
+    recomputed), rather than resumed with its code or time unknown.
+    """
+    if "code" in entry and not isinstance(entry["code"], str):
+        return f"its 'code' is a {type(entry['code']).__name__}, not a string"
+    modules = entry.get("modules")
+    if "modules" in entry and not (isinstance(modules, dict) and all(isinstance(v, str) for v in modules.values())):
+        return "its 'modules' is not an object of strings"
+    seconds = entry.get("seconds")
+    if "seconds" in entry and not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+                                   and math.isfinite(seconds) and seconds >= 0):
+        return f"its 'seconds' is {seconds!r}, not a finite number >= 0"
+    return None
 
 
 def journal_units(path: Path) -> dict[str, Any]:
