@@ -442,7 +442,7 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
 
     A line cut short by an interruption (not valid JSON) is skipped. A line that is not an
     entry (valid JSON of another shape, bytes that are not UTF-8, or an entry whose ``code``,
-    ``modules`` or ``seconds`` has the wrong type, see :func:`_entry_metadata_problem`) is
+    ``modules`` or ``seconds`` has the wrong type, see :func:`entry_problem`) is
     skipped with a warning naming the file and the line, so that it never blocks a resume.
     """
     entries = []
@@ -454,25 +454,24 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
             continue
         except json.JSONDecodeError:
             continue
-        if not (isinstance(entry, dict) and isinstance(entry.get("key"), str) and "value" in entry):
-            warnings.warn(f"{path}, line {number}: skipped, not a journal entry "
-                          f"(a JSON object with a string 'key' and a 'value'): {raw[:80]!r}", stacklevel=2)
-            continue
-        if problem := _entry_metadata_problem(entry):
+        if problem := entry_problem(entry):
             warnings.warn(f"{path}, line {number}: skipped, {problem}: {raw[:80]!r}", stacklevel=2)
             continue
         entries.append(entry)
     return entries
 
 
-def _entry_metadata_problem(entry: dict[str, Any]) -> str | None:
-    """What is wrong with the optional fields of a journal entry, None if nothing.
+def entry_problem(entry: Any) -> str | None:
+    """What makes ``entry`` (a parsed journal line) not a journal entry, None if nothing.
 
-    ``Store.memo`` writes ``code`` (a string), ``modules`` (strings by string) and
-    ``seconds`` (a finite number >= 0); a line with any of them of another type was not
-    written by gmp, so its value is not trusted either: the whole line is skipped (the unit is
-    recomputed), rather than resumed with its code or time unknown.
+    An entry is a JSON object with a string ``key`` and a ``value``. ``Store.memo`` also
+    writes ``code`` (a string), ``modules`` (strings by string) and ``seconds`` (a finite
+    number >= 0); a line with any of them of another type was not written by gmp, so its
+    value is not trusted either: :func:`journal_entries` skips the whole line (the unit is
+    recomputed) rather than resume it with its code or time unknown.
     """
+    if not (isinstance(entry, dict) and isinstance(entry.get("key"), str) and "value" in entry):
+        return "not a journal entry (a JSON object with a string 'key' and a 'value')"
     if "code" in entry and not isinstance(entry["code"], str):
         return f"its 'code' is a {type(entry['code']).__name__}, not a string"
     modules = entry.get("modules")
