@@ -88,16 +88,20 @@ class MeanNorm(nn.Module):
                              f"got {tuple(x.shape)}")
         shape = (1, self.num_features) + (1,) * (x.dim() - 2)
         if self.training:
-            if x.numel() <= self.num_features:  # as nn.BatchNorm: the mean of one value is that value
-                raise ValueError(f"MeanNorm in training needs more than 1 value per feature, got input of "
-                                 f"shape {tuple(x.shape)} (an empty batch, or a batch of one without spatial "
-                                 "axes, would give a NaN running mean or an output of zeros)")
+            self._need_values(x.numel(), tuple(x.shape))
             axes = [0] + list(range(2, x.dim()))
             mean = x.mean(dim=axes)
             with torch.no_grad():
                 self.running_mean.mul_(1.0 - self.momentum).add_(mean.detach(), alpha=self.momentum)
             return x - mean.view(shape)
         return x - self.running_mean.view(shape)
+
+    def _need_values(self, numel: int, shape: tuple[int, ...]) -> None:
+        """Refuse, in training, an input of ``numel`` values (of the caller's ``shape``) with at most one per feature."""
+        if numel <= self.num_features:  # as nn.BatchNorm: the mean of one value is that value
+            raise ValueError(f"MeanNorm in training needs more than 1 value per feature, got input of "
+                             f"shape {shape} (an empty batch, or a batch of one without spatial "
+                             "axes, would give a NaN running mean or an output of zeros)")
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, momentum={self.momentum}"
@@ -208,6 +212,8 @@ class GmPLinear(nn.Module):
         if x.dim() < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"GmPLinear expects inputs of shape (..., {self.in_features}), got {tuple(x.shape)}")
         if self.mean_norm is not None:
+            if self.mean_norm.training:  # checked here so that the error shows the caller's shape, not (N, in)
+                self.mean_norm._need_values(x.numel(), tuple(x.shape))
             x = self.mean_norm(x.reshape(-1, self.in_features)).reshape(x.shape)
         if self.theta is not None and (self._act is identity or self._act is F.relu and self._r_positive()):
             # r * relu(u . x + lam) = relu((r u) . x + r lam) for r > 0 (and any r without

@@ -202,6 +202,12 @@ def test_mean_norm_in_training_refuses_an_empty_batch_or_a_single_value(shape):
     assert gmp.MeanNorm(3).train()(torch.randn(1, 3, 2, 2)).abs().sum() > 0  # one image, 4 values each: fine
 
 
+def test_mean_norm_inside_gmp_linear_reports_the_users_input_shape():
+    layer = gmp.GmPLinear(3, 2, mean_norm=True)
+    with pytest.raises(ValueError, match=r"more than 1 value per feature, got input of shape \(1, 1, 3\) "):
+        layer(torch.randn(1, 1, 3))
+
+
 class _Scaled(nn.Linear):
     def forward(self, x):
         return 2 * super().forward(x)
