@@ -198,7 +198,7 @@ class Cached:
             checks += (f" CODE CHANGED since: the gmp modules {', '.join(self.code_changed)} differ from those of "
                        f"that run; the numbers are that run's (rerun {command} to recompute them).")
         else:
-            checks += " The gmp code is unchanged since."
+            checks += " The gmp code has not changed since this run finished."
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "

@@ -364,7 +364,7 @@ def test_a_cache_says_whether_the_code_changed_since_and_where_but_stays_current
     assert "CODE CHANGED since: the gmp modules experiments/chen_levy.py differ" in entry.describe()
     assert "Cached paper-scale run (code changed since)" in entry.note().data
     results.atomic_write_json(folder / "provenance.json", {**provenance, "code": results.code_fingerprint()})
-    assert "The gmp code is unchanged since." in results.cached("fake_chapter", "summary").describe()
+    assert "The gmp code has not changed since this run finished." in results.cached("fake_chapter", "summary").describe()
 
 
 def test_an_unfinished_run_says_which_journalled_units_other_code_computed(chapter, tmp_path, monkeypatch):
