@@ -204,6 +204,31 @@ def test_the_deadline_holds_while_the_server_trickles_its_headers(server, data_d
     assert _leftovers(data_dir) == []  # no .part file left in GMP_DATA
 
 
+def test_the_deadline_holds_while_a_tls_server_trickles_its_handshake(data_dir):
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def trickle():  # a TLS record header announcing 16 KiB, then one byte every 0.5 s
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(4096)
+            try:
+                connection.sendall(b"\x16\x03\x03\x40\x00")
+                for _ in range(40):
+                    connection.sendall(b"\x02")
+                    time.sleep(0.5)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    start = time.monotonic()
+    with pytest.raises(DataUnavailableError, match="deadline=2"):
+        fetch("uci/demo/data.txt", f"https://127.0.0.1:{server.getsockname()[1]}/table.txt", SHA, timeout=5, deadline=2)
+    assert time.monotonic() - start < 3.0
+    assert _leftovers(data_dir) == []
+    server.close()
+
+
 @pytest.mark.parametrize("path", ["/big", "/big-without-length"])
 def test_a_download_larger_than_max_bytes_is_refused(server, data_dir, path):
     base, _, _ = server

@@ -201,13 +201,24 @@ class _Watchdog:
 
         def watched(connection_class):
             class Watched(connection_class):
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+                    create = self._create_connection  # set per instance by HTTPConnection
+
+                    def create_watched(*args, **kwargs):  # the plain socket, watched before any TLS handshake
+                        sock = create(*args, **kwargs)
+                        watchdog.watch(sock)
+                        return sock
+
+                    self._create_connection = create_watched
+
                 def connect(self):
                     left = watchdog.left()
                     if left <= 0:
                         raise _DownloadLimit(watchdog.message())
                     self.timeout = min(self.timeout, left) if self.timeout is not None else left
                     super().connect()
-                    watchdog.watch(self.sock)
+                    watchdog.watch(self.sock)  # an SSL socket has taken over the plain one's descriptor
             return Watched
 
         class HTTP(urllib.request.HTTPHandler):
@@ -257,7 +268,8 @@ def _download(url: str, fd: int, *, timeout: float, deadline: float, max_bytes: 
         except _DownloadLimit:
             raise
         except (urllib.error.URLError, OSError, http.client.HTTPException):
-            if watchdog.expired:  # the watchdog cut the connection: say so, not "connection reset"
+            if watchdog.expired or watchdog.left() <= 0:  # cut by the watchdog, or a read timed out at the
+                # deadline just before it: say so, not "connection reset" or "timed out"
                 raise _DownloadLimit(watchdog.message(received)) from None
             raise
         if watchdog.expired:  # a read cut short by the watchdog looks like the end of the body
