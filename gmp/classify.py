@@ -58,6 +58,9 @@ from gmp.train import EarlyStopping, ReduceLROnPlateau, load_checkpoint
 __all__ = ["fit_classifier", "ClassifierHistory", "GlobalBatchSampler", "default_workers",
            "checkpoint_dir", "init_distributed"]
 
+CHECKPOINT_KEYS = ("identity", "model", "optimizer", "state", "history")
+"""The entries of a :func:`fit_classifier` checkpoint."""
+
 
 def default_workers(world_size: int = 1) -> int:
     """DataLoader workers per process: the CPU cores this process may use, shared between
@@ -289,7 +292,7 @@ def fit_classifier(model: nn.Module, train, validation, *, epochs: int, batch_si
              "stop_best": early_stopping.initial_best(), "stop_wait": 0, "lr": float(lr)}
     path = Path(checkpoint) if checkpoint is not None else None
     if path is not None and path.is_file():
-        saved = load_checkpoint(path, map_location=device)
+        saved = load_checkpoint(path, map_location=device, keys=CHECKPOINT_KEYS)
         if saved["identity"] != identity:
             raise ValueError(f"checkpoint {path} belongs to another run: {saved['identity']} != {identity}; "
                              f"delete it or choose another path")

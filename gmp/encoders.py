@@ -23,6 +23,11 @@ def rotation_matrix(theta: float) -> Tensor:
     return torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
 
 
+ACCURACY = 1e-3
+"""How far a :class:`PositionalEncoding` feature may lie from the exact encoding of its
+coordinates (in ``[-1, 1]``): more levels than this allows in the input's precision are refused."""
+
+
 class PositionalEncoding(nn.Module):
     """``sqrt(2)`` times the NeRF encoding of every coordinate, optionally of three rotated copies.
 
@@ -45,6 +50,26 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("rotations", torch.stack(rotations) if rotated else torch.empty(0),
                              persistent=False)
 
+    def error_bound(self, dtype: torch.dtype = torch.float32) -> float:
+        """A bound on how far a feature computed in ``dtype`` lies from the exact encoding of the
+        given coordinates, for coordinates in ``[-1, 1]``: ``sqrt(2) K eps 2^(L-1) pi``.
+
+        Each angle ``p f`` is formed with ``f = 2^k pi`` rounded to ``dtype`` and the product
+        rounded, an error of at most ``eps |p| f`` (``eps`` is twice the unit roundoff), which
+        the sine and cosine pass on and ``sqrt(2)`` scales; their own rounding (``~eps``) is
+        negligible beside it. ``K = 1``; ``K = 2`` for the rotated copies, whose coordinates reach
+        ``sqrt(2)`` on ``[-1, 1]^2`` and are themselves rounded. The error grows in proportion to
+        ``|p|`` beyond ``[-1, 1]``.
+        """
+        return (math.sqrt(2.0) * (2 if self.rotated else 1) * torch.finfo(dtype).eps
+                * math.pi * 2.0 ** (self.levels - 1))
+
+    def max_levels(self, dtype: torch.dtype = torch.float32) -> int:
+        """The most levels whose :meth:`error_bound` in ``dtype`` is at most :data:`ACCURACY`
+        (float32: 11, or 10 rotated; float64: 40, or 39 rotated)."""
+        per_level = math.sqrt(2.0) * (2 if self.rotated else 1) * torch.finfo(dtype).eps * math.pi
+        return int(math.floor(math.log2(ACCURACY / per_level))) + 1
+
     def out_features(self, in_features: int) -> int:
         """Dimension of the encoding of an ``in_features``-dimensional input."""
         return 2 * self.levels * in_features * (3 if self.rotated else 1)
@@ -57,18 +82,20 @@ class PositionalEncoding(nn.Module):
     def forward(self, p: Tensor) -> Tensor:
         """Encode ``p`` in float64 when it is float64 and in float32 otherwise (float16 and
         bfloat16 inputs are encoded in float32 and the features rounded back at the end).
-        Integer input is refused, as are levels whose top frequency ``2^(L-1) pi`` leaves
-        no fraction of a turn in that precision (``2^(L-1) pi eps > 1``: every feature of
-        that level would be rounding noise)."""
+        Integer input is refused, as are more levels than :meth:`max_levels` of that precision."""
         if not p.is_floating_point():
             raise ValueError(f"PositionalEncoding needs floating-point coordinates, got dtype {p.dtype}; "
                              "convert them first, e.g. p.float() (integer frequencies would round pi to 3)")
         compute = torch.float64 if p.dtype == torch.float64 else torch.float32
-        top = math.pi * 2.0 ** (self.levels - 1)
-        if top * torch.finfo(compute).eps > 1.0:
-            raise ValueError(f"levels={self.levels} is too many for {p.dtype} input: the top frequency "
-                             f"2^{self.levels - 1} pi = {top:.3g} leaves no precision in the {compute} "
-                             "encoding (use fewer levels or float64 coordinates)")
+        most = self.max_levels(compute)
+        if self.levels > most:
+            hint = "use fewer levels" + ("" if p.dtype == torch.float64 else " or float64 coordinates")
+            raise ValueError(
+                f"levels={self.levels} is too many for {p.dtype} input: computed in {compute}, the top frequency "
+                f"2^{self.levels - 1} pi = {math.pi * 2.0 ** (self.levels - 1):.3g} times the rounding of a "
+                f"coordinate in [-1, 1] (eps = {torch.finfo(compute).eps:.2g}) lets a feature err by up to "
+                f"{self.error_bound(compute):.2g}, more than {ACCURACY:.0e}; at most {most} levels are accepted "
+                f"{'with rotated copies ' if self.rotated else ''}in {compute} ({hint})")
         q = p.to(compute)
         if not self.rotated:
             return self._encode(q).to(p.dtype)

@@ -31,6 +31,11 @@ from gmp.results import atomic_write_bytes
 from gmp.train import load_checkpoint
 
 
+CHECKPOINT_KEYS = ("settings", "step", "stopped", "seconds", "model", "optimizer", "scheduler", "mse", "psnr", "lr",
+                   "snapshots", "diverged_at")
+"""The entries of a :func:`fit_image` checkpoint."""
+
+
 def psnr(prediction: Tensor, target: Tensor) -> float:
     """PSNR in dB of images in ``[-1, 1]``, as SIREN computes it (mapped to ``[0, 1]``, clipped)."""
     if prediction.shape != target.shape:
@@ -196,7 +201,7 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
                 "pixels": int(pixels.shape[0])}
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.is_file():
-        state = load_checkpoint(checkpoint, map_location=device)
+        state = load_checkpoint(checkpoint, map_location=device, keys=CHECKPOINT_KEYS)
         if state["settings"] != settings:
             raise ValueError(f"checkpoint {checkpoint} was written by a fit with settings {state['settings']}, "
                              f"not {settings}; delete it or pass another checkpoint file")

@@ -88,16 +88,20 @@ class MeanNorm(nn.Module):
                              f"got {tuple(x.shape)}")
         shape = (1, self.num_features) + (1,) * (x.dim() - 2)
         if self.training:
-            if x.numel() <= self.num_features:  # as nn.BatchNorm: the mean of one value is that value
-                raise ValueError(f"MeanNorm in training needs more than 1 value per feature, got input of "
-                                 f"shape {tuple(x.shape)} (an empty batch, or a batch of one without spatial "
-                                 "axes, would give a NaN running mean or an output of zeros)")
+            self._need_values(x.numel(), tuple(x.shape))
             axes = [0] + list(range(2, x.dim()))
             mean = x.mean(dim=axes)
             with torch.no_grad():
                 self.running_mean.mul_(1.0 - self.momentum).add_(mean.detach(), alpha=self.momentum)
             return x - mean.view(shape)
         return x - self.running_mean.view(shape)
+
+    def _need_values(self, numel: int, shape: tuple[int, ...]) -> None:
+        """Refuse, in training, an input of ``numel`` values (of the caller's ``shape``) with at most one per feature."""
+        if numel <= self.num_features:  # as nn.BatchNorm: the mean of one value is that value
+            raise ValueError(f"MeanNorm in training needs more than 1 value per feature, got input of "
+                             f"shape {shape} (an empty batch, or a batch of one without spatial "
+                             "axes, would give a NaN running mean or an output of zeros)")
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, momentum={self.momentum}"
@@ -208,6 +212,8 @@ class GmPLinear(nn.Module):
         if x.dim() < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"GmPLinear expects inputs of shape (..., {self.in_features}), got {tuple(x.shape)}")
         if self.mean_norm is not None:
+            if self.mean_norm.training:  # checked here so that the error shows the caller's shape, not (N, in)
+                self.mean_norm._need_values(x.numel(), tuple(x.shape))
             x = self.mean_norm(x.reshape(-1, self.in_features)).reshape(x.shape)
         if self.theta is not None and (self._act is identity or self._act is F.relu and self._r_positive()):
             # r * relu(u . x + lam) = relu((r u) . x + r lam) for r > 0 (and any r without
@@ -275,7 +281,9 @@ def convert(module: nn.Module, mean_norm: bool = False) -> nn.Module:
     ``nn.BatchNorm2d`` / ``nn.ReLU`` with its own ``forward``, or carries hooks, raises
     ValueError (``check_exact``). A module used twice (tied weights) becomes
     one unit used twice; if it is also used where it is not converted (once before a ReLU,
-    once not), the tie cannot be kept and ValueError is raised.
+    once not), the tie cannot be kept and ValueError is raised. So is a parameter (or buffer)
+    shared between two modules (``b.weight = a.weight``) of which one is converted: a unit
+    holds its own ``theta``, ``lam`` and ``r``, so the tie would be dropped.
 
     With ``mean_norm=True`` every converted layer except the first one (in module order)
     gets a :class:`MeanNorm` on its input (Eq. (11): intermediate layers). Its running
@@ -289,8 +297,10 @@ def convert(module: nn.Module, mean_norm: bool = False) -> nn.Module:
     result = copy.deepcopy(module)  # keeps ties: a module used twice is copied once
     rules = (_linear_block, convert_conv_block)
     units: dict[int, tuple[nn.Module, nn.Module]] = {}  # id(original) -> (original, its unit)
+    absorbed: dict[int, tuple[int, str, torch.Tensor]] = {}  # id(a tensor a unit absorbed) -> (id(its unit's
+    # original), its name, the tensor: held so that its id is not reused once its module leaves the copy)
 
-    def visit(parent: nn.Module) -> None:
+    def visit(parent: nn.Module, prefix: str) -> None:
         if isinstance(parent, nn.Sequential):
             names = list(parent._modules)
             for i, this in enumerate(names):
@@ -301,18 +311,37 @@ def convert(module: nn.Module, mean_norm: bool = False) -> nn.Module:
                         unit, length = found
                         original = following[0]
                         unit = units.setdefault(id(original), (original, unit))[1]
+                        for name, module in zip(names[i:i + length], following):
+                            _absorb(absorbed, module, id(original), prefix + name)
                         parent._modules[this] = unit
                         for name in names[i + 1:i + length]:
                             parent._modules[name] = nn.Identity()
                         break
-        for child in parent.children():
+        for name, child in parent.named_children():
             if not isinstance(child, GmPLinear):
-                visit(child)
+                visit(child, f"{prefix}{name}.")
 
-    visit(result)
+    visit(result, "")
     left = {id(m) for _, m in result.named_modules(remove_duplicate=False)} & set(units)
     if left:
         names = [name for name, m in result.named_modules(remove_duplicate=False) if id(m) in left]
         raise ValueError(f"convert cannot keep a weight tie: the module at {', '.join(names)} is also "
                          "used before a ReLU, where it would become a GmP unit; untie it first")
+    for name, tensor in [*result.named_parameters(remove_duplicate=False),
+                         *result.named_buffers(remove_duplicate=False)]:
+        if id(tensor) in absorbed:  # a tensor a unit absorbed is still used by a layer that stays
+            raise ValueError(f"convert cannot keep a weight tie: the parameter {absorbed[id(tensor)][1]} is "
+                             f"shared with {name}, which is not converted with it; untie it first")
     return result
+
+
+def _absorb(absorbed: dict[int, tuple[int, str, torch.Tensor]], module: nn.Module, owner: int, name: str) -> None:
+    """Record the parameters and buffers of ``module`` that the unit of ``owner`` folds into its own;
+    ValueError if another unit folded in the same tensor (a tie that two units would drop)."""
+    for tensor_name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        full = f"{name}.{tensor_name}"
+        other = absorbed.setdefault(id(tensor), (owner, full, tensor))
+        if other[0] != owner:
+            raise ValueError(f"convert cannot keep a weight tie: the parameter {other[1]} is shared with {full}, "
+                             f"and the two layers would become separate GmP units with their own copies; "
+                             f"untie them first")

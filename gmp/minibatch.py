@@ -47,6 +47,10 @@ from gmp.progress import bar
 from gmp.results import atomic_write_bytes
 from gmp.train import load_checkpoint
 
+CHECKPOINT_KEYS = ("settings", "epoch", "seconds", "lrs", "diverged", "params", "m", "v", "t", "generators",
+                   "plateaus", "curves")
+"""The entries of a :func:`fit_stack` checkpoint."""
+
 KERAS_BATCH_SIZE = 32
 """Keras ``model.fit``'s mini-batch size when none is given, as in the SBSNN author's code."""
 
@@ -394,7 +398,7 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
                 "adam": adam, "pixels": pixels, "heldout": None if heldout is None else int(heldout.numel())}
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.is_file():
-        state = load_checkpoint(checkpoint, map_location=device)
+        state = load_checkpoint(checkpoint, map_location=device, keys=CHECKPOINT_KEYS)
         if state["settings"] != settings:
             raise ValueError(f"checkpoint {checkpoint} was written by a fit with other settings; delete it or "
                              f"pass another checkpoint file")

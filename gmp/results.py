@@ -209,7 +209,7 @@ class Cached:
             checks += (f" CODE CHANGED since: the gmp modules {', '.join(self.code_changed)} differ from those of "
                        f"that run; the numbers are that run's (rerun {command} to recompute them).")
         else:
-            checks += " The gmp code is unchanged since."
+            checks += " The gmp code has not changed since this run finished."
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
@@ -452,8 +452,9 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
     """The complete entries of a journal: JSON objects with a string ``key`` and a ``value``.
 
     A line cut short by an interruption (not valid JSON) is skipped. A line that is not an
-    entry (valid JSON of another shape, or bytes that are not UTF-8) is skipped with a
-    warning naming the file and the line, so that it never blocks a resume.
+    entry (valid JSON of another shape, bytes that are not UTF-8, or an entry whose ``code``,
+    ``modules`` or ``seconds`` has the wrong type, see :func:`entry_problem`) is
+    skipped with a warning naming the file and the line, so that it never blocks a resume.
     """
     entries = []
     for number, raw in enumerate(path.read_bytes().splitlines() if path.is_file() else [], start=1):
@@ -464,12 +465,34 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
             continue
         except json.JSONDecodeError:
             continue
-        if not (isinstance(entry, dict) and isinstance(entry.get("key"), str) and "value" in entry):
-            warnings.warn(f"{path}, line {number}: skipped, not a journal entry "
-                          f"(a JSON object with a string 'key' and a 'value'): {raw[:80]!r}", stacklevel=2)
+        if problem := entry_problem(entry):
+            warnings.warn(f"{path}, line {number}: skipped, {problem}: {raw[:80]!r}", stacklevel=2)
             continue
         entries.append(entry)
     return entries
+
+
+def entry_problem(entry: Any) -> str | None:
+    """What makes ``entry`` (a parsed journal line) not a journal entry, None if nothing.
+
+    An entry is a JSON object with a string ``key`` and a ``value``. ``Store.memo`` also
+    writes ``code`` (a string), ``modules`` (strings by string) and ``seconds`` (a finite
+    number >= 0); a line with any of them of another type was not written by gmp, so its
+    value is not trusted either: :func:`journal_entries` skips the whole line (the unit is
+    recomputed) rather than resume it with its code or time unknown.
+    """
+    if not (isinstance(entry, dict) and isinstance(entry.get("key"), str) and "value" in entry):
+        return "not a journal entry (a JSON object with a string 'key' and a 'value')"
+    if "code" in entry and not isinstance(entry["code"], str):
+        return f"its 'code' is a {type(entry['code']).__name__}, not a string"
+    modules = entry.get("modules")
+    if "modules" in entry and not (isinstance(modules, dict) and all(isinstance(v, str) for v in modules.values())):
+        return "its 'modules' is not an object of strings"
+    seconds = entry.get("seconds")
+    if "seconds" in entry and not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+                                   and math.isfinite(seconds) and seconds >= 0):
+        return f"its 'seconds' is {seconds!r}, not a finite number >= 0"
+    return None
 
 
 def journal_units(path: Path) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -267,24 +268,62 @@ def _recorded_units(chapter: str, scale: str) -> tuple[list[dict], _config.Confi
         return entries, cfg, None, f"journalled in {journal}"
     root = _results.results_root()
     folder = root / chapter / scale if root else Path(chapter, scale)
+    damaged = f"the {scale}-scale cache of {chapter} is damaged; restore {folder} from git or rerun the chapter"
     try:
         provenance = json.loads((folder / "provenance.json").read_bytes())
     except FileNotFoundError:
         raise ValueError(f"{chapter} has no {scale}-scale cache and no unfinished run with its current config: "
                          f"nothing to verify") from None
-    except ValueError as err:
-        raise ValueError(f"{folder / 'provenance.json'} cannot be read: {err}") from None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{folder / 'provenance.json'} cannot be read ({err}); {damaged}") from None
+    if not isinstance(provenance, dict):
+        raise ValueError(f"{folder / 'provenance.json'} is not a provenance record (it holds a "
+                         f"{type(provenance).__name__}); {damaged}")
+    hashes, seed = provenance.get("payload_sha256", {}), provenance.get("seed")
+    if not isinstance(provenance.get("config"), dict):
+        raise ValueError(f"{folder / 'provenance.json'} records no config (a JSON object under 'config'), so the "
+                         f"run cannot be repeated; {damaged}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
+        raise ValueError(f"{folder / 'provenance.json'} records the seed {seed!r}, not an integer from 0 to "
+                         f"2**32 - 1; {damaged}")
+    if not isinstance(hashes, dict):
+        raise ValueError(f"{folder / 'provenance.json'}: its payload_sha256 is not an object; {damaged}")
     units = folder / UNITS_FILE
     if not units.is_file():
         raise ValueError(f"the {scale}-scale cache of {chapter} keeps no units ({UNITS_FILE}: it was written "
                          f"before gmp.runs kept them); rerun the chapter to verify it")
     data = units.read_bytes()
-    recorded = provenance.get("payload_sha256", {}).get(UNITS_FILE)
+    recorded = hashes.get(UNITS_FILE)
     if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
         raise ValueError(f"{units} differs from the file the run wrote (sha256 mismatch)")
-    entries = [json.loads(line) for line in gzip.decompress(data).decode().splitlines()]
+    entries = _cached_units(units, data, damaged)
     cfg = _config.Config(chapter, scale, provenance["config"])
-    return entries, cfg, provenance.get("seed"), f"cached by the run of {provenance.get('date', '?')} in {folder}"
+    return entries, cfg, seed, f"cached by the run of {provenance.get('date', '?')} in {folder}"
+
+
+def _cached_units(path: Path, data: bytes, damaged: str) -> list[dict]:
+    """The entries of a cache's ``units.jsonl.gz`` (its bytes ``data``); a ValueError naming ``path``
+    and the line if any is not an entry (:func:`gmp.results.entry_problem`).
+
+    Unlike a journal, this file was written whole and atomically by a finished run, so a bad line
+    is damage, never an interruption: nothing is skipped.
+    """
+    try:
+        lines = gzip.decompress(data).splitlines()
+    except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError; a cut stream an EOFError
+        raise ValueError(f"{path} is not a readable gzip file ({type(err).__name__}: {err}); {damaged}") from None
+    entries = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            entry = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}, line {number}: not UTF-8 text; {damaged}") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}, line {number}: not JSON ({err}): {raw[:80]!r}; {damaged}") from None
+        if problem := _results.entry_problem(entry):
+            raise ValueError(f"{path}, line {number}: {problem}: {raw[:80]!r}; {damaged}")
+        entries.append(entry)
+    return entries
 
 
 def compare(cached: Any, fresh: Any, rtol: float, atol: float, path: str = "value") -> list[str]:

@@ -24,6 +24,7 @@ import dataclasses
 import math
 import pickle
 import time
+import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
@@ -264,17 +265,67 @@ def _cast(t: Tensor, device: torch.device | None, dtype: torch.dtype | None) -> 
     return t.to(device=device)
 
 
-def load_checkpoint(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
+def load_checkpoint(path: Path, map_location: torch.device | str = "cpu",
+                    keys: Iterable[str] = ()) -> dict[str, Any]:
     """Load a training checkpoint with ``torch.load(weights_only=True)``: tensors and plain values only.
 
-    Unpickling anything else could run code from the file, so a checkpoint that holds other
-    objects (an old format with NumPy arrays, or a crafted file) is refused with ValueError.
+    Raises ValueError, saying to delete the file to start afresh, when the file
+
+    * is damaged or not a checkpoint: not a zip archive as ``torch.save`` writes (a truncated
+      or junk file), a zip without a pickle, a record whose CRC-32 fails (a flipped byte in a
+      tensor would otherwise load as a wrong weight), or a pickle that cannot be read;
+    * holds objects other than tensors and plain values (an old format with NumPy arrays, or a
+      crafted file): unpickling them could run code from the file, so it is not loaded;
+    * holds another structure than a dict with every one of ``keys`` (:func:`checkpoint_state`).
+
+    A missing or unreadable file (``FileNotFoundError``, ``PermissionError``) raises as such.
     """
+    path = Path(path)
+
+    def damaged(why: str) -> ValueError:
+        return ValueError(f"checkpoint {path} is damaged or not a checkpoint ({why}); delete it to start afresh")
+
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with zipfile.ZipFile(path) as archive:
+            names, bad = archive.namelist(), archive.testzip()
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except Exception as err:  # BadZipFile, OSError (EINVAL), EOFError, zlib.error: truncated, junk or damaged
+        raise damaged(f"not a readable zip archive as torch.save writes: {type(err).__name__}: {err}") from None
+    if bad is not None:
+        raise damaged(f"its record {bad} fails its CRC-32 check")
+    if not any(name.endswith("/data.pkl") or name == "data.pkl" for name in names):
+        raise damaged("a zip archive without the data.pkl of torch.save")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        raise ValueError(f"checkpoint {path} holds objects other than tensors and plain values, so it is not "
-                         f"loaded; delete it to start afresh ({str(err).splitlines()[0]})") from None
+        text = str(err)
+        if "GLOBAL" in text or "allowlist" in text:  # torch's weights-only unpickler refused an object
+            line = next((part.strip() for part in text.splitlines() if "WeightsUnpickler error" in part),
+                        text.splitlines()[0])
+            raise ValueError(f"checkpoint {path} holds objects other than tensors and plain values, so it is not "
+                             f"loaded; delete it to start afresh ({line})") from None
+        raise damaged(f"its pickle cannot be read: {' '.join(text.split())[-200:]}") from None
+    except (EOFError, KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
+        raise damaged(f"its pickle cannot be read: {type(err).__name__}: {err}") from None
+    return checkpoint_state(state, path, keys)
+
+
+def checkpoint_state(state: Any, path: Path, keys: Iterable[str]) -> dict[str, Any]:
+    """``state`` (loaded from checkpoint ``path``) if it is a dict with every one of ``keys``, else ValueError.
+
+    The fits that checkpoint (``gmp.implicit.fit_image``, ``gmp.classify.fit_classifier``,
+    ``gmp.minibatch.fit_stack``) read their state through it, so a file of another structure
+    (another program's checkpoint, a list) is refused by name rather than failing on an index.
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint {path} holds a {type(state).__name__}, not a dict of a training state; "
+                         f"delete it to start afresh")
+    missing = [key for key in keys if key not in state]
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks the entries {', '.join(map(repr, missing))}, so it was not "
+                         f"written by this fit; delete it to start afresh")
+    return state
 
 
 def predict(model: nn.Module, x: Tensor, *, batch_size: int | None = None) -> Tensor:

@@ -85,6 +85,15 @@ def test_a_checkpoint_holding_other_objects_than_tensors_is_refused_not_unpickle
     assert not Payload.ran
 
 
+def test_a_checkpoint_of_another_structure_is_refused_clearly(tmp_path):
+    torch.save([1, 2], tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="holds a list, not a dict"):
+        train(model(), data(), tmp_path / "other.pt")
+    torch.save({"identity": {}}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="lacks the entries"):
+        train(model(), data(), tmp_path / "other.pt")
+
+
 def test_plateau_and_early_stopping_on_validation_top5():
     history = fit_classifier(model(), data(), data(12, seed=1, flip=False), epochs=10, batch_size=8, lr=1e-12,
                              workers=0, progress=False,

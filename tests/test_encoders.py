@@ -86,19 +86,38 @@ def test_integer_coordinates_are_refused():
 @pytest.mark.parametrize("rotated", [False, True])
 def test_half_precision_input_is_encoded_without_overflow(dtype, rotated):
     p = (torch.rand(64, 2) * 2 - 1).to(dtype)
-    enc = PositionalEncoding(18, rotated=rotated)  # top frequency 2^17 pi > 65504, the float16 maximum
+    enc = PositionalEncoding(10, rotated=rotated)  # angles up to 2^9 pi sqrt(2): float16 would resolve 1 or 2 rad
     e = enc(p)
     assert e.dtype == dtype and torch.isfinite(e).all()
     expected = enc(p.float())  # float32 encoding of the same (rounded) coordinates
     assert torch.allclose(e.float(), expected, atol=2e-2)
 
 
-@pytest.mark.parametrize("dtype,levels", [(torch.float32, 23), (torch.float16, 23), (torch.float64, 52)])
-def test_levels_the_precision_cannot_resolve_are_refused(dtype, levels):
-    enc = PositionalEncoding(levels)
+@pytest.mark.parametrize("rotated", [False, True])
+def test_accepted_levels_are_accurate_to_1e_3_and_one_more_is_refused(rotated):
+    """Features within 1e-3 of float64 on the same float32 coordinates in [-1, 1]; the cap is the bound
+    sqrt(2) K eps 2^(L-1) pi <= 1e-3 (K = 1, or 2 for the rotated copies), not a looser one."""
+    top = 10 if rotated else 11
+    p = torch.rand(20000, 2) * 2 - 1
+    p[:4] = torch.tensor([[1.0, 1.0], [-1.0, -1.0], [1.0, -1.0], [0.9999999, -0.9999999]])
+    enc = PositionalEncoding(top, rotated=rotated)
+    assert (enc(p).double() - enc(p.double())).abs().max() < 1e-3
+    with pytest.raises(ValueError, match=rf"levels={top + 1} is too many for torch.float32 input: .* more than "
+                                         rf"1e-03.*at most {top} levels.*or float64 coordinates"):
+        PositionalEncoding(top + 1, rotated=rotated)(p)
+    with pytest.raises(ValueError, match=rf"levels={top + 1} is too many for torch.bfloat16 input"):
+        PositionalEncoding(top + 1, rotated=rotated)(p.bfloat16())
     with pytest.raises(ValueError, match="too many"):
-        enc(torch.zeros(1, 1, dtype=dtype))
-    PositionalEncoding(levels - 1)(torch.zeros(1, 1, dtype=dtype))  # one level fewer is fine
+        PositionalEncoding(20, rotated=rotated)(p)  # accepted before, with features off by up to 0.14
+
+
+@pytest.mark.parametrize("rotated,levels", [(False, 40), (True, 39)])
+def test_float64_levels_are_capped_by_the_same_bound_and_not_told_to_use_float64(rotated, levels):
+    p = torch.rand(10, 2, dtype=torch.float64) * 2 - 1
+    PositionalEncoding(levels, rotated=rotated)(p)
+    with pytest.raises(ValueError, match=rf"levels={levels + 1} is too many for torch.float64 input") as err:
+        PositionalEncoding(levels + 1, rotated=rotated)(p)
+    assert "float64 coordinates" not in str(err.value) and "use fewer levels" in str(err.value)
 
 
 @pytest.mark.parametrize("rotated", [False, True])

@@ -24,6 +24,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self._send(b"x" * 200, length=True, pause=0.05)
         elif self.path.startswith("/big"):  # 4,000 bytes, announced or not
             self._send(b"y" * 4000, length=self.path == "/big")
+        elif self.path.startswith("/slow-headers"):  # status line and headers, 1 byte every 0.5 s
+            self._trickle_headers(pause=0.5)
         else:
             super().do_GET()
 
@@ -37,6 +39,18 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
                 self.wfile.write(body[i:i + (1 if pause else 1000)])
                 self.wfile.flush()
                 time.sleep(pause)
+        except OSError:  # the client gave up
+            pass
+        self.close_connection = True
+
+    def _trickle_headers(self, pause: float):
+        head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(PAYLOAD)}\r\n\r\n".encode()
+        try:
+            for i in range(len(head)):  # each byte resets a per-read timeout; the whole takes 20 s
+                self.wfile.write(head[i:i + 1])
+                self.wfile.flush()
+                time.sleep(pause)
+            self.wfile.write(PAYLOAD)
         except OSError:  # the client gave up
             pass
         self.close_connection = True
@@ -179,6 +193,40 @@ def test_a_trickling_server_is_cut_off_at_the_deadline(server, data_dir):
         fetch("uci/demo/data.txt", f"{base}/trickle", SHA, timeout=5, deadline=0.5)
     assert time.monotonic() - start < 3.0  # the whole body would take 10 s
     assert _leftovers(data_dir) == []
+
+
+def test_the_deadline_holds_while_the_server_trickles_its_headers(server, data_dir):
+    base, _, _ = server
+    start = time.monotonic()
+    with pytest.raises(DataUnavailableError, match="deadline=2"):
+        fetch("uci/demo/data.txt", f"{base}/slow-headers", SHA, timeout=5, deadline=2)
+    assert time.monotonic() - start < 3.0  # the headers alone would take 20 s
+    assert _leftovers(data_dir) == []  # no .part file left in GMP_DATA
+
+
+def test_the_deadline_holds_while_a_tls_server_trickles_its_handshake(data_dir):
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def trickle():  # a TLS record header announcing 16 KiB, then one byte every 0.5 s
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(4096)
+            try:
+                connection.sendall(b"\x16\x03\x03\x40\x00")
+                for _ in range(40):
+                    connection.sendall(b"\x02")
+                    time.sleep(0.5)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    start = time.monotonic()
+    with pytest.raises(DataUnavailableError, match="deadline=2"):
+        fetch("uci/demo/data.txt", f"https://127.0.0.1:{server.getsockname()[1]}/table.txt", SHA, timeout=5, deadline=2)
+    assert time.monotonic() - start < 3.0
+    assert _leftovers(data_dir) == []
+    server.close()
 
 
 @pytest.mark.parametrize("path", ["/big", "/big-without-length"])

@@ -172,6 +172,16 @@ def test_a_checkpoint_holding_other_objects_than_tensors_is_refused_not_unpickle
     assert not Payload.ran
 
 
+def test_a_checkpoint_of_another_structure_is_refused_clearly(tmp_path):
+    path = tmp_path / "fit.pt"
+    torch.save([1, 2], path)
+    with pytest.raises(ValueError, match="holds a list, not a dict"):
+        _tiny_fit(steps=4, checkpoint=path)
+    torch.save({"settings": {}}, path)
+    with pytest.raises(ValueError, match="lacks the entries"):
+        _tiny_fit(steps=4, checkpoint=path)
+
+
 def test_stop_below_ends_the_fit_at_the_target_after_min_steps():
     whole = _tiny_fit(steps=40)
     target = float(whole.mse[10])

@@ -202,6 +202,12 @@ def test_mean_norm_in_training_refuses_an_empty_batch_or_a_single_value(shape):
     assert gmp.MeanNorm(3).train()(torch.randn(1, 3, 2, 2)).abs().sum() > 0  # one image, 4 values each: fine
 
 
+def test_mean_norm_inside_gmp_linear_reports_the_users_input_shape():
+    layer = gmp.GmPLinear(3, 2, mean_norm=True)
+    with pytest.raises(ValueError, match=r"more than 1 value per feature, got input of shape \(1, 1, 3\) "):
+        layer(torch.randn(1, 1, 3))
+
+
 class _Scaled(nn.Linear):
     def forward(self, x):
         return 2 * super().forward(x)
@@ -243,6 +249,21 @@ def test_convert_refuses_a_tie_it_cannot_keep():
     tied = nn.Linear(4, 4)
     with pytest.raises(ValueError, match="weight tie"):
         gmp.convert(nn.Sequential(tied, nn.ReLU(), tied))
+
+
+def test_convert_refuses_a_parameter_shared_between_layers():
+    a, b, out = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+    b.weight = a.weight  # two units would train two independent copies of one weight
+    with pytest.raises(ValueError, match=r"weight tie: the parameter 0\.weight is shared with 2\.weight"):
+        gmp.convert(nn.Sequential(a, nn.ReLU(), b, nn.ReLU()))
+    out.bias = a.bias  # a converted layer's bias, shared with a layer that stays standard
+    with pytest.raises(ValueError, match=r"weight tie: the parameter 0\.bias is shared with 2\.1\.bias"):
+        gmp.convert(nn.Sequential(a, nn.ReLU(), nn.Sequential(nn.Tanh(), out)))
+    conv, other = nn.Conv2d(1, 2, 3), nn.Conv2d(1, 2, 3)
+    bn, bn2 = nn.BatchNorm2d(2), nn.BatchNorm2d(2)
+    bn2.weight = bn.weight  # folded into the GmP unit: the tie would be dropped too
+    with pytest.raises(ValueError, match=r"the parameter 1\.weight is shared with 4\.weight"):
+        gmp.convert(nn.Sequential(conv, bn, nn.ReLU(), other, bn2).eval())
 
 
 def test_a_callable_named_identity_is_applied_as_given():

@@ -183,6 +183,16 @@ def test_an_interrupted_fit_resumes_to_the_same_curves(tmp_path, monkeypatch):
         np.testing.assert_array_equal(a.lr, b.lr)
 
 
+def test_a_checkpoint_of_another_structure_is_refused_clearly(tmp_path):
+    x, y = torch.randn(64, 24), torch.rand(64, 1)
+    torch.save([1, 2], tmp_path / "fit.pt")
+    with pytest.raises(ValueError, match="holds a list, not a dict"):
+        mb.fit_stack(mb.layers(SMALL), [1], x, y, epochs=1, lr=1e-3, batch_size=16, checkpoint=tmp_path / "fit.pt")
+    torch.save({"settings": {}}, tmp_path / "fit.pt")
+    with pytest.raises(ValueError, match="lacks the entries"):
+        mb.fit_stack(mb.layers(SMALL), [1], x, y, epochs=1, lr=1e-3, batch_size=16, checkpoint=tmp_path / "fit.pt")
+
+
 def test_curves_round_trip_through_json_and_psnr_is_on_the_unit_scale():
     fit = mb.EpochCurves(np.array([1e-4, np.nan]), np.array([4e-4, 4e-6]), None, np.array([1e-3, 1e-3]),
                          np.array([1.0, 2.0]), 10, 0.25, 2)

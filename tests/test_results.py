@@ -276,6 +276,28 @@ def test_a_journal_line_of_the_wrong_shape_is_skipped_with_a_warning_not_blockin
         assert results.journal_units(journal) == {"a": 1, "b": 3, "c": 4}
 
 
+def test_a_journal_line_with_wrong_typed_metadata_is_skipped_with_a_warning(chapter, tmp_path):
+    cfg = config.load("fake_chapter", "paper")
+    journal = results.journal_path("fake_chapter", "paper", cfg.digest)
+    journal.parent.mkdir(parents=True)
+    lines = [{"key": "a", "value": 1, "code": ["x"]}, {"key": "b", "value": 2, "seconds": "12"},
+             {"key": "c", "value": 3, "modules": ["m"]}, {"key": "d", "value": 4, "seconds": -1},
+             {"key": "e", "value": 5, "seconds": True}, {"key": "f", "value": 6, "modules": {"a.py": 1}},
+             {"key": "g", "value": 7, "code": "0123456789abcdef", "seconds": 1.5}, {"key": "h", "value": 8}]
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"key": "i", "value": 9, "seconds": NaN}\n')
+    with pytest.warns(UserWarning) as caught:
+        entries = results.journal_entries(journal)
+    assert [e["key"] for e in entries] == ["g", "h"]
+    assert sorted(str(w.message).split(":")[0] for w in caught) == [
+        f"{journal}, line {n}" for n in (1, 2, 3, 4, 5, 6, 9)]
+    assert "'code'" in str(caught[0].message) and "'seconds'" in str(caught[1].message)
+    assert sum(e.get("seconds", 0.0) for e in entries) == 1.5  # what gmp.runs records as resumed_seconds
+    with pytest.warns(UserWarning):
+        absent = results.cached("fake_chapter", "summary")  # resumed_code hashed the 'code' of each line
+    assert absent.units == {"g": 7, "h": 8}
+    assert absent.units_code["code_not_recorded_units"] == 2
+
+
 @pytest.mark.parametrize("under_runner", [False, True])
 def test_memo_returns_the_same_type_fresh_and_resumed(chapter, tmp_path, monkeypatch, under_runner):
     if under_runner:
@@ -377,7 +399,7 @@ def test_a_cache_says_whether_the_code_changed_since_and_where_but_stays_current
     assert "CODE CHANGED since: the gmp modules experiments/chen_levy.py differ" in entry.describe()
     assert "Cached paper-scale run (code changed since)" in entry.note().data
     results.atomic_write_json(folder / "provenance.json", {**provenance, "code": results.code_fingerprint()})
-    assert "The gmp code is unchanged since." in results.cached("fake_chapter", "summary").describe()
+    assert "The gmp code has not changed since this run finished." in results.cached("fake_chapter", "summary").describe()
 
 
 def test_an_unfinished_run_says_which_journalled_units_other_code_computed(chapter, tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """The papermill runner: results move into the cache only when a run succeeds."""
 
+import gzip
 import json
 import os
 import signal
@@ -207,7 +208,8 @@ def test_resuming_units_of_other_code_is_announced_and_recorded(book, capsys):
                                           "changed_modules": ["experiments/chen_levy.py"]}
     described = results.cached("fake_chapter", "summary", "smoke").describe()
     assert "1 of them by code that differs from today's in experiments/chen_levy.py" in described
-    assert "The gmp code is unchanged since." in described
+    assert "The gmp code has not changed since this run finished." in described  # not "unchanged" beside
+    assert "unchanged" not in described  # "1 of them by code that differs", which would read as a contradiction
 
 
 MEMO_UNITS = """
@@ -264,6 +266,34 @@ def test_verify_recomputes_a_cached_unit_and_reports_whether_it_matches(book, ca
     with pytest.raises(SystemExit):
         runs.main(["fake_chapter", "--scale", "smoke", "--verify"])
     assert "sha256 mismatch" in capsys.readouterr().err
+
+
+GOOD_UNIT = b'{"key": "a-7", "value": {"curve": [1.0, 2.0]}}\n'
+
+
+@pytest.mark.parametrize("provenance, units, message", [
+    ([1, 2], GOOD_UNIT, "provenance.json is not a provenance record (it holds a list)"),
+    ({"seed": 7}, GOOD_UNIT, "provenance.json records no config"),
+    ({"config": {"n": 1}, "seed": "7"}, GOOD_UNIT, "provenance.json records the seed '7'"),
+    ({"config": {"n": 1}, "seed": 7, "payload_sha256": [1]}, GOOD_UNIT, "its payload_sha256 is not an object"),
+    ({"config": {"n": 1}, "seed": 7}, b"not gzip", "units.jsonl.gz is not a readable gzip file"),
+    ({"config": {"n": 1}, "seed": 7}, None, "units.jsonl.gz is not a readable gzip file"),  # a cut gzip stream
+    ({"config": {"n": 1}, "seed": 7}, GOOD_UNIT + b'{"key": "b-7", "va', "units.jsonl.gz, line 2: not JSON"),
+    ({"config": {"n": 1}, "seed": 7}, GOOD_UNIT + b'[1]\n', "units.jsonl.gz, line 2: not a journal entry"),
+    ({"config": {"n": 1}, "seed": 7}, b'{"key": "a-7", "value": 1, "code": ["x"]}\n', "its 'code' is a list"),
+    ({"config": {"n": 1}, "seed": 7}, b"\xff\n", "units.jsonl.gz, line 1: not UTF-8"),
+])
+def test_verify_of_a_damaged_cache_names_the_file_and_the_damage(book, capsys, provenance, units, message):
+    _with_units({"a": [1.0, 2.0]})
+    folder = book / "book" / "_results" / "fake_chapter" / "smoke"
+    folder.mkdir(parents=True)
+    (folder / "provenance.json").write_text(json.dumps(provenance))
+    data = gzip.compress(GOOD_UNIT * 50)[:-20] if units is None else units if units == b"not gzip" else gzip.compress(units)
+    (folder / "units.jsonl.gz").write_bytes(data)
+    with pytest.raises(SystemExit) as exit_:
+        runs.main(["fake_chapter", "--scale", "smoke", "--verify", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and str(folder) in err and "Traceback" not in err
 
 
 def test_verify_recomputes_a_unit_of_an_unfinished_run_from_its_journal(book, monkeypatch, capsys):

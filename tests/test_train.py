@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -296,3 +297,39 @@ def test_divergence_restores_best_weights_when_early_stopping_keeps_them():
                   callbacks=[lambda e, m: snapshots.append(m.weight.detach().clone())])
     assert history.diverged and history.diverged_epoch == 3 and history.restored_best
     assert torch.equal(model.weight, snapshots[1])
+
+
+def _checkpoint_bytes():
+    import io
+    state = {"settings": {"a": 1}, "model": {f"w{i}": torch.randn(16, 16) for i in range(4)}, "step": 5}
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def test_a_damaged_checkpoint_is_reported_as_damaged_not_as_foreign_objects(tmp_path):
+    import numpy as np
+
+    data, path = _checkpoint_bytes(), tmp_path / "fit.pt"
+    path.write_bytes(data)
+    assert gmp.train.load_checkpoint(path)["step"] == 5
+    flipped = bytearray(data)
+    flipped[data.index(b"archive/data/0") + 200] ^= 1  # a byte of a tensor: it would load a wrong weight
+    np.savez(tmp_path / "arrays.npz", a=np.ones(3))
+    damaged = [data[:cut] for cut in (0, 10, len(data) // 2, *range(len(data) - 900, len(data), 37))]
+    damaged += [bytes(flipped), b"not a checkpoint\n" * 20, bytes(range(256)) * 4, (tmp_path / "arrays.npz").read_bytes()]
+    for content in damaged:
+        path.write_bytes(content)
+        with pytest.raises(ValueError, match=rf"checkpoint {re.escape(str(path))} is damaged or not a checkpoint \(.+\); "
+                                             "delete it to start afresh"):
+            gmp.train.load_checkpoint(path)
+
+
+def test_a_checkpoint_of_another_structure_is_refused_with_what_it_lacks(tmp_path):
+    path = tmp_path / "fit.pt"
+    torch.save([1, 2], path)
+    with pytest.raises(ValueError, match=rf"checkpoint {re.escape(str(path))} holds a list, not a dict"):
+        gmp.train.load_checkpoint(path, keys=("settings",))
+    torch.save({"settings": {}}, path)
+    with pytest.raises(ValueError, match=r"lacks the entries 'model', 'step', so it was not written by this fit; delete it"):
+        gmp.train.load_checkpoint(path, keys=("settings", "model", "step"))

@@ -12,9 +12,12 @@ unnoticed; any ordinary edit, copy or truncation changes the mtime.)
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
+import socket
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -107,8 +110,9 @@ def fetch(relpath: str, url: str, sha256: str, *, timeout: float = 60.0,
     delete the file so that it is downloaded again. A download is written to a temporary
     file, checked against ``sha256`` and only then moved into place, so an interrupted or
     corrupted download never leaves a bad file. ``timeout`` bounds each network read,
-    ``deadline`` the whole download (checked after every block received, so it is exceeded
-    by at most one ``timeout``) and ``max_bytes`` its size. With ``download=False`` a
+    ``deadline`` the whole download from the first byte on (connection, headers and body: the
+    connection is cut when it passes, however slowly the server trickles; name resolution is
+    not bounded) and ``max_bytes`` its size. With ``download=False`` a
     missing file raises at once.
     """
     if not deadline > 0 or not max_bytes > 0:
@@ -135,7 +139,7 @@ def fetch(relpath: str, url: str, sha256: str, *, timeout: float = 60.0,
             raise DataUnavailableError(f"download of {relpath!r} from {url} has sha256 {got}, expected "
                                        f"{sha256}; the file was discarded. {hint}")
         os.replace(tmp, target)
-    except (urllib.error.URLError, OSError) as err:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:  # incl. a garbled status line
         if isinstance(err, DataUnavailableError):
             raise
         raise DataUnavailableError(f"data file {relpath!r} is missing and could not be downloaded from "
@@ -150,19 +154,123 @@ class _DownloadLimit(OSError):
     """The download ran past its deadline or size cap (reported as a DataUnavailableError)."""
 
 
+class _Watchdog:
+    """Shuts down every socket a download opens once its deadline has passed.
+
+    ``urlopen`` reads the status line and headers with the per-read ``timeout`` only, so a
+    server that trickles them one byte at a time could hold it forever; the body loop's own
+    check comes too late. The watchdog registers each socket as it is connected (redirects
+    included) and, at the deadline, shuts it down from a timer thread, which makes the blocked
+    read return at once; ``expired`` then tells the reader why.
+    """
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.end = time.monotonic() + deadline
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(deadline, self._expire)
+        self._timer.daemon = True
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                self._shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        try:  # the plain socket's shutdown, also for an SSL socket (its own would drop its state)
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def opener(self) -> urllib.request.OpenerDirector:
+        """An opener whose HTTP and HTTPS connections register their sockets here."""
+        watchdog = self
+
+        def watched(connection_class):
+            class Watched(connection_class):
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+                    create = self._create_connection  # set per instance by HTTPConnection
+
+                    def create_watched(*args, **kwargs):  # the plain socket, watched before any TLS handshake
+                        sock = create(*args, **kwargs)
+                        watchdog.watch(sock)
+                        return sock
+
+                    self._create_connection = create_watched
+
+                def connect(self):
+                    left = watchdog.left()
+                    if left <= 0:
+                        raise _DownloadLimit(watchdog.message())
+                    self.timeout = min(self.timeout, left) if self.timeout is not None else left
+                    super().connect()
+                    watchdog.watch(self.sock)  # an SSL socket has taken over the plain one's descriptor
+            return Watched
+
+        class HTTP(urllib.request.HTTPHandler):
+            def do_open(self, http_class, req, **kwargs):
+                return super().do_open(watched(http_class), req, **kwargs)
+
+        class HTTPS(urllib.request.HTTPSHandler):
+            def do_open(self, http_class, req, **kwargs):
+                return super().do_open(watched(http_class), req, **kwargs)
+
+        return urllib.request.build_opener(HTTP(), HTTPS())
+
+    def message(self, received: int | None = None) -> str:
+        got = "before the response headers arrived" if received is None else f"{received} bytes received"
+        return f"the download took longer than deadline={self.deadline} s ({got})"
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+
+
 def _download(url: str, fd: int, *, timeout: float, deadline: float, max_bytes: int) -> None:
-    """Copy ``url`` into the open file ``fd``, within ``deadline`` seconds and ``max_bytes`` bytes."""
-    start = time.monotonic()
-    received = 0
-    with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=min(timeout, deadline)) as response:
-        length = response.headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > max_bytes:
-            raise _DownloadLimit(f"the server announces {int(length)} bytes, more than max_bytes={max_bytes}")
-        while block := response.read1(1 << 16):
-            received += len(block)
-            if received > max_bytes:
-                raise _DownloadLimit(f"more than max_bytes={max_bytes} bytes received")
-            if time.monotonic() - start > deadline:
-                raise _DownloadLimit(f"the download took longer than deadline={deadline} s "
-                                     f"({received} bytes received)")
-            out.write(block)
+    """Copy ``url`` into the open file ``fd``, within ``deadline`` seconds and ``max_bytes`` bytes.
+
+    The deadline holds from the first byte: connecting, the status line and headers, and the
+    body (see :class:`_Watchdog`).
+    """
+    received = None
+    with os.fdopen(fd, "wb") as out, _Watchdog(deadline) as watchdog:
+        try:
+            with watchdog.opener().open(url, timeout=min(timeout, deadline)) as response:
+                received = 0
+                length = response.headers.get("Content-Length")
+                if length is not None and length.isdigit() and int(length) > max_bytes:
+                    raise _DownloadLimit(f"the server announces {int(length)} bytes, more than "
+                                         f"max_bytes={max_bytes}")
+                while block := response.read1(1 << 16):
+                    received += len(block)
+                    if received > max_bytes:
+                        raise _DownloadLimit(f"more than max_bytes={max_bytes} bytes received")
+                    if watchdog.left() < 0:
+                        raise _DownloadLimit(watchdog.message(received))
+                    out.write(block)
+        except _DownloadLimit:
+            raise
+        except (urllib.error.URLError, OSError, http.client.HTTPException):
+            if watchdog.expired or watchdog.left() <= 0:  # cut by the watchdog, or a read timed out at the
+                # deadline just before it: say so, not "connection reset" or "timed out"
+                raise _DownloadLimit(watchdog.message(received)) from None
+            raise
+        if watchdog.expired:  # a read cut short by the watchdog looks like the end of the body
+            raise _DownloadLimit(watchdog.message(received))
