@@ -498,10 +498,12 @@ def test_short_text_keeps_a_short_claim_and_shortens_a_long_one_at_a_word():
         == "A finding that holds well."
 
 
-def test_verdict_box_names_each_claim_of_the_chapter_with_its_paper_scale_verdict(chapter, tmp_path):
+def test_verdict_box_names_each_claim_of_the_chapter_with_its_paper_scale_verdict(chapter, tmp_path, monkeypatch):
+    def large(payload):
+        return f"gap {payload['gap']:.2f}", REPRODUCED if payload["gap"] > 1 else PARTLY
+
     chapter.CLAIMS = [*chapter.CLAIMS, Claim("fake-other", "chen", "The other gap is large.", "summary",
-                                             "reproduced if gap > 1", lambda p: (f"gap {p['gap']:.2f}",
-                                                                                 REPRODUCED if p["gap"] > 1 else PARTLY))]
+                                             "reproduced if gap > 1", large)]
     box = results.verdict_box("fake_chapter").data
     assert box.count(f'<span class="verdict verdict-not-yet-run-at-paper-scale">{NOT_RUN}</span>') == 2
     _publish(tmp_path, "paper", {"gap": 0.5}, config.load("fake_chapter", "paper").digest)
@@ -512,6 +514,10 @@ def test_verdict_box_names_each_claim_of_the_chapter_with_its_paper_scale_verdic
     assert "The other gap is large." in items[1] and f'verdict-partly">{PARTLY}</span>' in items[1]
     assert all("gap 0.50" in item for item in items)
     assert '<a href="../claims.html#claim-fake-gap">' in items[0] and '<a href="#claims">' in box
+    assert '<a href="../claims.html">claims ledger</a>' in box
+    monkeypatch.setattr(results, "results_root", lambda: None)  # Colab: no repository, so no cache beside it
+    box = results.verdict_box("fake_chapter").data
+    assert "The gap is small." in box and "The other gap is large." in box and 'class="verdict' not in box
     assert '<a href="../claims.html">claims ledger</a>' in box
     chapter.CLAIMS = []
     assert results.verdict_box("fake_chapter") is None
