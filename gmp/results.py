@@ -30,6 +30,7 @@ import json
 import math
 import os
 import pkgutil
+import re
 import tempfile
 import time
 import warnings
@@ -575,6 +576,9 @@ class Claim:
     rule: str
     check: Callable[[Mapping[str, Any]], tuple[str, str]]
     kind: str = FINDING
+    short: str = ""
+    """A one-line form of ``text`` for the ledger's rows and a chapter's verdict box (optional:
+    without it :func:`short_text` shortens ``text``)."""
 
     def __post_init__(self):
         if self.kind not in KIND_VERDICTS:
@@ -627,6 +631,46 @@ def _paper_scale_cell(chapter: str, claim: Claim) -> tuple[str, str]:
     return claim.evaluate(entry.payload)
 
 
+def _judged(chapter: str) -> list[tuple[Claim, str, str]]:
+    """``(claim, measured, verdict)`` for each claim of ``chapter``, judged on its paper-scale cache."""
+    return [(claim, *_paper_scale_cell(chapter, claim)) for claim in _claims_of(chapter)]
+
+
+SHORT = 110
+"""How many characters :func:`short_text` keeps at most."""
+
+_QUALIFIER = re.compile(r"^([^:()]{1,40}) \([^()]{20,}\): (?=\S)")
+_LAST_REFERENCE = re.compile(r"\s*\((?=[^()]*(?:\(|Fig|Table|Sec|Eq|Theorem|Proposition|abstract))"
+                             r"(?:[^()]|\([^()]*\))*\)\.?$")
+
+
+def short_text(claim: Claim, limit: int = SHORT) -> str:
+    """The claim's :attr:`Claim.short` if it has one, else its text made to fit ``limit`` characters.
+
+    A text too long loses the long parenthesis of a leading qualifier ("Text reading (an
+    iteration is ...): X" becomes "Text reading: X") and a final parenthesis that cites the paper
+    ("(Sec. 5, Fig. 3)"), then is cut at a word, before any parenthesis left open, and ends with "…".
+    """
+    if claim.short:
+        return claim.short
+    text = claim.text.strip()
+    if len(text) > limit:
+        text = _LAST_REFERENCE.sub(".", _QUALIFIER.sub(r"\1: ", text))
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1].rsplit(" ", 1)[0]
+    depth, opened = 0, None
+    for i, char in enumerate(cut):
+        if char == "(":
+            opened = i if depth == 0 else opened
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+    if depth:
+        cut = cut[:opened]
+    return cut.rstrip(" ,;:-(") + "…"
+
+
 def _table(rows: list[dict[str, str]]):
     from IPython.display import HTML
 
@@ -641,11 +685,6 @@ def _claim_html(claim: Claim) -> str:
     """The claim's text; an identity says so beneath it."""
     note = "<br><small>(identity checked numerically)</small>" if claim.kind == IDENTITY else ""
     return html.escape(claim.text) + note
-
-
-def _verdict_html(verdict: str) -> str:
-    css = verdict.split(":")[0].replace(" ", "-")
-    return f'<span class="verdict verdict-{css}">{html.escape(verdict)}</span>'
 
 
 def claims_table(chapter: str, live: Mapping[str, Mapping[str, Any]], scale: str):
@@ -676,22 +715,28 @@ def experiment_chapters() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(gmp.experiments.__path__))
 
 
+def _chapter_link(chapter: str, link_prefix: str) -> str:
+    part = _chapter_folder(chapter)
+    return f'<a href="{link_prefix}{part}/{chapter}.html">{chapter}</a>' if part else chapter
+
+
 def ledger_rows(link_prefix: str = "") -> list[dict[str, str]]:
     """One row per claim of every chapter, with the verdict from the paper-scale cache.
 
-    Each row holds the HTML cells of the ledger and, under ``"verdict"`` and ``"kind"``, the
-    plain verdict and the kind of claim (``"finding"`` or ``"identity"``).
+    Each row holds the HTML cells of the ledger ("Paper", "Claim", "Short", "Rule",
+    "Measured at paper scale", "Verdict", "Chapter") and, in plain text, the ``"verdict"``, the
+    ``"kind"`` of claim (``"finding"`` or ``"identity"``), the ``"paper"`` key and the claim's ``"key"``.
     """
     rows = []
     for chapter in experiment_chapters():
-        for claim in _claims_of(chapter):
-            measured, verdict = _paper_scale_cell(chapter, claim)
-            part = _chapter_folder(chapter)
-            link = f'<a href="{link_prefix}{part}/{chapter}.html">{chapter}</a>' if part else chapter
+        link = _chapter_link(chapter, link_prefix)
+        for claim, measured, verdict in _judged(chapter):
             rows.append({"Paper": html.escape(PAPERS.get(claim.paper, claim.paper)),
-                         "Claim": html.escape(claim.text), "Rule": html.escape(claim.rule),
+                         "Claim": html.escape(claim.text), "Short": html.escape(short_text(claim)),
+                         "Rule": html.escape(claim.rule),
                          "Measured at paper scale": html.escape(measured), "Verdict": _verdict_html(verdict),
-                         "Chapter": link, "verdict": verdict, "kind": claim.kind})
+                         "Chapter": link, "verdict": verdict, "kind": claim.kind, "paper": claim.paper,
+                         "key": claim.key})
     return rows
 
 
@@ -709,24 +754,126 @@ def ledger_counts(rows: list[dict[str, str]], kind: str) -> dict[str, dict[str, 
     return counts
 
 
+def _slug(text: str) -> str:
+    """The CSS name of a verdict or paper: ``"not reproduced"`` -> ``"not-reproduced"``."""
+    return re.sub(r"[^a-z0-9]+", "-", text.split(":")[0].lower()).strip("-")
+
+
+def _verdict_html(verdict: str) -> str:
+    return f'<span class="verdict verdict-{_slug(verdict)}">{html.escape(verdict)}</span>'
+
+
+def claim_anchor(claim_key: str) -> str:
+    """The id of a claim's entry on the ledger page."""
+    return "claim-" + _slug(claim_key)
+
+
+def _summary_html(rows: list[dict[str, str]], kind: str) -> str:
+    """Per paper: a bar of its verdicts (one segment per claim count) and the counts in words."""
+    lines = []
+    paper_keys = {row["Paper"]: row["paper"] for row in rows}
+    for paper, counts in ledger_counts(rows, kind).items():
+        total = sum(counts.values())
+        present = [(verdict, n) for verdict, n in counts.items() if n]
+        bar = "".join(f'<span class="gmp-bar-segment verdict-{_slug(v)}" style="flex-grow: {n}" '
+                      f'data-verdict="{_slug(v)}" data-count="{n}" title="{html.escape(v)}: {n}"></span>'
+                      for v, n in present)
+        words = ", ".join(f'{n} {_verdict_html(v)}' for v, n in present)
+        lines.append(f'<tr data-paper="{_slug(paper_keys[paper])}" data-total="{total}"><th>{paper}</th>'
+                     f'<td class="gmp-bar-cell"><span class="gmp-bar">{bar}</span></td>'
+                     f'<td class="gmp-bar-words">{total} claim{"s" if total != 1 else ""}: {words}</td></tr>')
+    return f'<table class="gmp-ledger-summary"><tbody>{"".join(lines)}</tbody></table>'
+
+
+def _claim_entry_html(row: dict[str, str]) -> str:
+    """One claim of the ledger: a one-line summary (paper, short claim, verdict, deciding number)
+    that opens onto the full claim, its rule and the full measurement."""
+    identity = ' <small class="gmp-claim-kind">(identity checked numerically)</small>' \
+        if row["kind"] == IDENTITY else ""
+    return (f'<details class="gmp-claim" id="{claim_anchor(row["key"])}" data-paper="{_slug(row["paper"])}" '
+            f'data-verdict="{_slug(row["verdict"])}">'
+            f'<summary><span class="gmp-claim-paper">{row["Paper"]}<br><small>{row["Chapter"]}</small></span>'
+            f'<span class="gmp-claim-short">{row["Short"]}</span>'
+            f'<span class="gmp-claim-verdict">{row["Verdict"]}</span>'
+            f'<span class="gmp-claim-measured" title="{row["Measured at paper scale"]}">'
+            f'{row["Measured at paper scale"]}</span></summary>'
+            f'<div class="gmp-claim-body"><p><strong>Claim.</strong> {row["Claim"]}{identity}</p>'
+            f'<p><strong>Rule.</strong> {row["Rule"]}</p>'
+            f'<p><strong>Measured at paper scale.</strong> {row["Measured at paper scale"]}</p>'
+            f'<p><small>Chapter {row["Chapter"]}, claim <code>{html.escape(row["key"])}</code></small></p>'
+            f'</div></details>')
+
+
+def _filters_html(rows: list[dict[str, str]]) -> tuple[str, str]:
+    """The hidden radio buttons and their labels that filter the ledger by paper and by verdict
+    (CSS only: the rules are in ``book/_static/gmp.css``)."""
+    groups = [("paper", [("all", "All papers")]
+               + [(_slug(key), html.escape(PAPERS.get(key, key))) for key in dict.fromkeys(r["paper"] for r in rows)]),
+              ("verdict", [("all", "All verdicts")]
+               + [(_slug(v), html.escape(v.split(":")[0])) for v in dict.fromkeys(r["verdict"] for r in rows)])]
+    inputs, labels = [], []
+    for group, options in groups:
+        words = []
+        for value, text in options:
+            ident = f"gmp-ledger-{group}-{value}"
+            inputs.append(f'<input type="radio" class="gmp-ledger-filter" name="gmp-ledger-{group}" id="{ident}"'
+                          f'{" checked" if value == "all" else ""}>')
+            words.append(f'<label for="{ident}">{text}</label>')
+        labels.append(f'<span class="gmp-ledger-filter-group"><span>{group.capitalize()}:</span> {" ".join(words)}</span>')
+    return "".join(inputs), f'<div class="gmp-ledger-filters">{"".join(labels)}</div>'
+
+
 def ledger(link_prefix: str = ""):
-    """The claims ledger of the whole book: findings and identities apart, each with its
-    verdict counts per paper, then its claims."""
+    """The claims ledger of the whole book: findings and identities apart, each with a summary of
+    its verdicts per paper (a bar and the counts), then one line per claim that opens onto its
+    full text, its rule and its measurement; radio buttons filter the claims by paper and verdict."""
     from IPython.display import HTML
 
     rows = ledger_rows(link_prefix)
     if not rows:
         return _table(rows)
+    inputs, filters = _filters_html(rows)
     parts = []
     for kind, title in _KIND_TITLES.items():
-        counts = ledger_counts(rows, kind)
-        if not counts:
+        mine = [row for row in rows if row["kind"] == kind]
+        if not mine:
             continue
-        summary = [{"Paper": paper, **{v: str(n) for v, n in c.items()}} for paper, c in counts.items()]
-        claims = [{k: v for k, v in row.items() if k not in ("verdict", "kind")} for row in rows if row["kind"] == kind]
-        parts.append(f'<p class="gmp-ledger-kind"><strong>{html.escape(title)}</strong></p>'
-                     + _table(summary).data + _table(claims).data)
-    return HTML("".join(parts))
+        head = ('<div class="gmp-claim-head"><span>Paper</span><span>Claim (click to open: full text and rule)</span>'
+                '<span>Verdict</span><span>Deciding number (paper scale)</span></div>')
+        parts.append(f'<section class="gmp-ledger-kind" data-kind="{kind}">'
+                     f'<p class="gmp-ledger-title"><strong>{html.escape(title)}</strong></p>'
+                     + _summary_html(mine, kind)
+                     + f'<div class="gmp-claim-list">{head}{"".join(_claim_entry_html(r) for r in mine)}</div>'
+                     + '</section>')
+    return HTML(f'<div class="gmp-ledger">{inputs}{filters}{"".join(parts)}</div>')
+
+
+def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
+    """An admonition for the top of a chapter: each of its claims (short form), its verdict on the
+    paper-scale cache (as the claims ledger judges it) and the deciding number, with links to the
+    claim's entry in the ledger (``ledger_href``, relative to the chapter's page) and to the
+    chapter's own "Claims" section. None for a chapter without claims."""
+    from IPython.display import HTML
+
+    if not _claims_of(chapter):
+        return None
+    if results_root() is None:
+        items = "".join(f'<li>{html.escape(short_text(claim))}</li>' for claim in _claims_of(chapter))
+        return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">What this chapter '
+                    f'tests</p><ul>{items}</ul><p>No paper-scale cache is beside this copy, so no verdict is shown: '
+                    f'the book\'s <a href="{ledger_href}">claims ledger</a> has them.</p></div>')
+    items = []
+    for claim, measured, verdict in _judged(chapter):
+        number = f'<span class="gmp-verdict-measured">{html.escape(measured)}</span>' if measured != "—" else ""
+        items.append(f'<li data-verdict="{_slug(verdict)}"><span class="gmp-verdict-cell">{_verdict_html(verdict)}</span>'
+                     f'<span><a href="{ledger_href}#{claim_anchor(claim.key)}">{html.escape(short_text(claim))}</a>'
+                     f'{number}</span></li>')
+    return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">Verdicts of this chapter '
+                f'(paper scale)</p><ul class="gmp-verdict-list">{"".join(items)}</ul>'
+                '<p class="gmp-verdict-links">Each verdict follows the claim\'s stated rule from the cached '
+                'paper-scale run (a chapter built at a smaller scale shows its own numbers beside them). '
+                'The rules and both scales are in <a href="#claims">the chapter\'s Claims section</a>; every '
+                f'claim of the book is in the <a href="{ledger_href}">claims ledger</a>.</p></div>')
 
 
 def _chapter_folder(chapter: str) -> str | None:

@@ -123,3 +123,26 @@ def test_figure_and_table_labels_follow_the_paper_numbering_and_are_unique():
             assert LABEL.search(f"name: {label}"), f"{page.name}: label {label!r} is not <paper>-fig|table-<n>"
             assert label not in seen, f"label {label} used in {seen.get(label)} and {page.name}"
             seen[label] = page.name
+
+
+@pytest.mark.parametrize("page", chapters(), ids=lambda p: p.stem)
+def test_a_chapter_with_claims_opens_with_its_verdict_box(page: Path):
+    """Each chapter with claims shows their paper-scale verdicts near its top: a remove-input cell
+    calling gmp.results.verdict_box with the chapter's own name, before its first section and
+    among its first code cells (after the install, parameters and set-up cells)."""
+    from gmp.results import _claims_of
+
+    cells = jupytext.read(page).cells
+    calls = [(i, c) for i, c in enumerate(cells) if c.cell_type == "code" and "verdict_box(" in c.source]
+    if not _claims_of(page.stem):
+        assert not calls, f"{page.name} has no claims, so no verdict box"
+        return
+    assert len(calls) == 1, f"{page.name}: one cell calls gmp.results.verdict_box (found {len(calls)})"
+    index, cell = calls[0]
+    assert re.search(rf'^gmp\.results\.verdict_box\("{page.stem}"\)$', cell.source, re.M), cell.source
+    assert "remove-input" in cell.metadata.get("tags", [])
+    code = [c for c in cells[:index] if c.cell_type == "code"]
+    assert len(code) <= 3, f"{page.name}: the verdict box comes after {len(code)} code cells, not near the top"
+    headings = [c for c in cells[:index] if c.cell_type == "markdown" and re.search(r"^## ", c.source, re.M)]
+    if page.stem != "chen_resnet":  # its intro has a section ("How a residual network is converted") before any code
+        assert not headings, f"{page.name}: the verdict box comes after a section heading"

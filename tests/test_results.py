@@ -9,6 +9,7 @@ import types
 import numpy as np
 import pytest
 
+from conftest import ROOT
 from gmp import config, results
 from gmp.results import FAILS, NOT_RUN, PARTLY, REPRODUCED, STALE, VERIFIED, Claim
 
@@ -164,7 +165,8 @@ def test_claims_table_and_ledger_use_the_paper_scale_cache_only(chapter, tmp_pat
     [row] = results.ledger_rows()
     assert STALE in row["Verdict"]
     summary = results.ledger().data
-    assert "<td>Chen &amp; Ge</td><td>0</td><td>0</td><td>0</td><td>0</td><td>1</td>" in summary
+    assert '<tr data-paper="chen" data-total="1"><th>Chen &amp; Ge</th>' in summary
+    assert f'data-verdict="stale" data-count="1" title="{STALE}: 1"' in summary
     with pytest.raises(ValueError, match="needs the live result 'summary'"):
         results.claims_table("fake_chapter", {}, "small")
 
@@ -202,8 +204,9 @@ def test_the_ledger_shows_findings_and_identities_apart_with_counts_per_paper(ch
     findings, identities = page.split("Verified identities")
     assert "Reproduced findings" in findings and "Lu&#x27;s gap is small." in findings
     assert "The gap is an identity." not in findings and "The gap is an identity." in identities
-    assert "<th>verified</th><th>fails</th>" in identities and "<th>reproduced</th>" not in identities
-    assert "<td>Chen &amp; Ge</td><td>1</td><td>0</td><td>0</td><td>0</td><td>0</td></tr>" in identities
+    assert 'data-verdict="verified" data-count="1"' in identities and 'data-verdict="reproduced"' not in identities
+    assert '<tr data-paper="chen" data-total="1"><th>Chen &amp; Ge</th>' in identities
+    assert "(identity checked numerically)" in identities and "(identity checked numerically)" not in findings
     _publish(tmp_path, "paper", {"gap": 3.0}, config.load("fake_chapter", "paper").digest)
     assert [r["verdict"] for r in results.ledger_rows()] == [PARTLY, FAILS, PARTLY]
     assert "(identity checked numerically)" in results.claims_table("fake_chapter", {"summary": {"gap": 0.1}},
@@ -416,3 +419,116 @@ def test_an_unfinished_run_says_which_journalled_units_other_code_computed(chapt
     assert absent.units_code == {"other_code_units": 1, "code_not_recorded_units": 1, "changed_modules": ["results.py"]}
     assert ("journalled 3 finished units; 1 of them by code that differs from today's in results.py; "
             "1 of them with no code fingerprint recorded, and") in absent.describe()
+
+
+def _ledger_structure(page: str) -> dict[str, dict]:
+    """Per kind: the summary's counts per paper (``{paper: (total, {verdict: count})}``) and its claims
+    (``[(paper, verdict, details)]``), read back from the ledger's HTML."""
+    import re
+
+    kinds = {}
+    for section in re.findall(r'<section class="gmp-ledger-kind" data-kind="(\w+)">(.*?)</section>', page, re.S):
+        kind, body = section
+        summary = {}
+        for paper, total, bar in re.findall(r'<tr data-paper="(\w+)" data-total="(\d+)">(.*?)</tr>', body, re.S):
+            counts = {v: int(n) for v, n in re.findall(r'data-verdict="([\w-]+)" data-count="(\d+)"', bar)}
+            summary[paper] = (int(total), counts)
+        claims = re.findall(r'<details class="gmp-claim" id="[\w-]+" data-paper="(\w+)" data-verdict="([\w-]+)">'
+                            r'(.*?)</details>', body, re.S)
+        kinds[kind] = {"summary": summary, "claims": claims}
+    return kinds
+
+
+def test_the_ledger_sums_up_each_paper_then_gives_one_line_per_claim_that_opens_onto_its_rule(chapter, tmp_path,
+                                                                                              monkeypatch):
+    long_text = ("Text reading (an iteration is one full-batch update; the photograph of today): the gap is small "
+                 "for every one of the many settings that the paper tries, and stays small to the end (Fig. 9).")
+    chapter.CLAIMS = [*chapter.CLAIMS,
+                      Claim("fake-long", "chen", long_text, "summary", "reproduced if gap < 1, else partly", _check),
+                      Claim("fake-lu", "lu", "Lu's gap is small.", "summary", "reproduced if gap < 0.1", _check,
+                            short="Lu: small gap"),
+                      Claim("fake-identity", "lu", "An identity.", "summary", "verified if gap < 1",
+                            lambda p: (f"gap {p['gap']:.2f}", VERIFIED if p["gap"] < 1 else FAILS), kind="identity")]
+    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    _publish(tmp_path, "paper", {"gap": 0.5}, config.load("fake_chapter", "paper").digest)
+    page = results.ledger().data
+    kinds = _ledger_structure(page)
+    assert set(kinds) == {"finding", "identity"}
+    assert kinds["finding"]["summary"] == {"chen": (2, {"reproduced": 2}), "lu": (1, {"reproduced": 1})}
+    assert kinds["identity"]["summary"] == {"lu": (1, {"verified": 1})}
+    for kind in kinds.values():  # the counts add up to the claims listed below them
+        for paper, (total, counts) in kind["summary"].items():
+            assert sum(counts.values()) == total == sum(p == paper for p, _, _ in kind["claims"])
+    rules = ["reproduced if gap &lt; 1", "reproduced if gap &lt; 1, else partly", "reproduced if gap &lt; 0.1"]
+    for (paper, verdict, details), rule in zip(kinds["finding"]["claims"], rules, strict=True):
+        line, body = details.split("</summary>")
+        assert verdict == "reproduced" and "gap 0.50" in line and rule not in line
+        assert f"<strong>Rule.</strong> {rule}</p>" in body and "<strong>Claim.</strong>" in body
+    line, body = kinds["finding"]["claims"][1][2].split("</summary>")
+    assert "Text reading: the gap is small" in line and line.count("…") == 1 and "Fig. 9" not in line
+    assert results.html.escape(long_text) in body
+    assert "Lu: small gap" in kinds["finding"]["claims"][2][2].split("</summary>")[0]
+    assert 'id="claim-fake-long"' in page
+    # a filter button for each paper and each verdict found, and CSS that filters by each of them
+    css = (ROOT / "book" / "_static" / "gmp.css").read_text()
+    for group, values in (("paper", ["chen", "lu", *results.PAPERS]),
+                          ("verdict", [results._slug(v) for v in (*results.VERDICTS, *results.IDENTITY_VERDICTS,
+                                                                 NOT_RUN, STALE, results.CORRUPT)])):
+        for value in values:
+            ident = f"gmp-ledger-{group}-{value}"
+            assert f"#{ident}:checked ~ .gmp-ledger-kind" in css and f'label[for="{ident}"]' in css, ident
+    for ident in ("paper-all", "paper-chen", "paper-lu", "verdict-all", "verdict-reproduced", "verdict-verified"):
+        assert f'<label for="gmp-ledger-{ident}">' in page
+    assert page.count('name="gmp-ledger-paper"') == 3 and page.count('name="gmp-ledger-verdict"') == 3
+
+
+def test_short_text_keeps_a_short_claim_and_shortens_a_long_one_at_a_word():
+    def claim(text, short=""):
+        return Claim("k", "lu", text, "r", "rule", _check, short=short)
+
+    assert results.short_text(claim("Eq. (9): the boundary turns by eps.")) == "Eq. (9): the boundary turns by eps."
+    assert results.short_text(claim("Anything.", short="Mine")) == "Mine"
+    text = "Theorem 3: E[f(W)^2] = 1 for every order n and every symmetric law W, when f = sqrt(2) sin(x + pi/4)."
+    assert results.short_text(claim(text), limit=90) == \
+        "Theorem 3: E[f(W)^2] = 1 for every order n and every symmetric law W, when f = sqrt(2)…"
+    # a cut inside a parenthesis goes back before it
+    assert results.short_text(claim(text), limit=95) == \
+        "Theorem 3: E[f(W)^2] = 1 for every order n and every symmetric law W, when f = sqrt(2) sin…"
+    assert results.short_text(claim("A finding that holds well (Sec. 5, Fig. 3; notebook: 0.8)."), limit=40) \
+        == "A finding that holds well."
+
+
+def test_verdict_box_names_each_claim_of_the_chapter_with_its_paper_scale_verdict(chapter, tmp_path, monkeypatch):
+    def large(payload):
+        return f"gap {payload['gap']:.2f}", REPRODUCED if payload["gap"] > 1 else PARTLY
+
+    chapter.CLAIMS = [*chapter.CLAIMS, Claim("fake-other", "chen", "The other gap is large.", "summary",
+                                             "reproduced if gap > 1", large)]
+    box = results.verdict_box("fake_chapter").data
+    assert box.count(f'<span class="verdict verdict-not-yet-run-at-paper-scale">{NOT_RUN}</span>') == 2
+    _publish(tmp_path, "paper", {"gap": 0.5}, config.load("fake_chapter", "paper").digest)
+    box = results.verdict_box("fake_chapter").data
+    items = box.split("<li")[1:]
+    assert len(items) == 2
+    assert "The gap is small." in items[0] and f'verdict-reproduced">{REPRODUCED}</span>' in items[0]
+    assert "The other gap is large." in items[1] and f'verdict-partly">{PARTLY}</span>' in items[1]
+    assert all("gap 0.50" in item for item in items)
+    assert '<a href="../claims.html#claim-fake-gap">' in items[0] and '<a href="#claims">' in box
+    assert '<a href="../claims.html">claims ledger</a>' in box
+    monkeypatch.setattr(results, "results_root", lambda: None)  # Colab: no repository, so no cache beside it
+    box = results.verdict_box("fake_chapter").data
+    assert "The gap is small." in box and "The other gap is large." in box and 'class="verdict' not in box
+    assert '<a href="../claims.html">claims ledger</a>' in box
+    chapter.CLAIMS = []
+    assert results.verdict_box("fake_chapter") is None
+
+
+def test_verdict_box_of_a_real_chapter_agrees_with_the_ledger(monkeypatch):
+    """chen_levy's paper-scale cache is committed: the box and the ledger give the same verdicts."""
+    monkeypatch.delenv(results.ROOT_ENV, raising=False)
+    monkeypatch.setattr(results, "experiment_chapters", lambda: ["chen_levy"])
+    box = results.verdict_box("chen_levy").data
+    rows = results.ledger_rows("../")
+    assert len(rows) == len(results._claims_of("chen_levy")) == box.count("<li") > 0
+    for row in rows:
+        assert row["Short"] in box and row["Verdict"] in box and row["Measured at paper scale"] in box
