@@ -65,11 +65,11 @@ STALE = "stale: config changed since the paper-scale run"
 CORRUPT = "corrupt: the paper-scale cache fails its checks"
 #: The verdicts the rule of a finding may give; the ledger adds :data:`NOT_RUN`, :data:`STALE` and :data:`CORRUPT`.
 VERDICTS: tuple[str, ...] = (REPRODUCED, PARTLY, NOT_REPRODUCED)
-#: The verdicts the rule of an identity may give (no "partly": it holds within its tolerance or not).
+#: The verdicts the rule of an identity may give (no "partly", since it holds within its tolerance or not).
 IDENTITY_VERDICTS: tuple[str, ...] = (VERIFIED, FAILS)
 FINDING = "finding"
 IDENTITY = "identity"
-#: The kinds of claim and the verdicts each may give: a finding is an empirical claim that could have
+#: The kinds of claim and the verdicts each may give. A finding is an empirical claim that could have
 #: come out otherwise; an identity is a theorem or algebraic identity checked numerically.
 KIND_VERDICTS: dict[str, tuple[str, ...]] = {FINDING: VERDICTS, IDENTITY: IDENTITY_VERDICTS}
 

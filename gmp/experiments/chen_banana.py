@@ -255,7 +255,7 @@ def stability_table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, s
 
 
 CHANCE_ACCURACY = 0.5
-"""What a diverged run counts as in the claims: the accuracy of guessing one of two classes."""
+"""What a diverged run counts as in the claims, the accuracy of guessing one of two classes."""
 
 
 def claim_accuracies(payload: Mapping[str, Any], protocol: str, method: str, lr: float) -> list[float]:

@@ -221,9 +221,12 @@ def row_at(payload: Mapping[str, Any], param: str, eps: float) -> Mapping[str, A
 
 
 ANGLE_TOLERANCE = 1e-9
-"""Eq. (9) holds if every |angle change - eps| is below this (rad): float64 rounding of the
-angles is a few 1e-16 rad, so this leaves a factor of about 1e6 of slack above rounding,
-while it is 1e-5 of the smallest eps (1e-4): any real failure of the identity exceeds it."""
+"""The tolerance in rad within which Eq. (9) holds for every ``|angle change - eps|``.
+
+Float64 rounding of the angles is a few 1e-16 rad, so this leaves a factor of about 1e6 of
+slack above rounding, while it is 1e-5 of the smallest eps (1e-4); any real failure of the
+identity exceeds it.
+"""
 
 RADIUS_ROUNDING = 1e4 * 2.0 ** -52
 """The change of the boundary's distance to the origin, ``| |phi'| - |phi| |``, may exceed

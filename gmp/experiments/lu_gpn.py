@@ -73,8 +73,11 @@ def table1(activations: list[str]) -> dict[str, dict[str, float]]:
 
 
 SELU_ROUNDED = {"alpha": 1.6733, "lambda": 1.0507}
-"""SELU's constants rounded to four decimals (full precision: alpha = 1.6732632423543772,
-lambda = 1.0507009873554805, those of ``torch.nn.functional.selu``)."""
+"""SELU's constants rounded to four decimals.
+
+At full precision they are alpha = 1.6732632423543772 and lambda = 1.0507009873554805, those
+of ``torch.nn.functional.selu``.
+"""
 
 
 def selu_rounding() -> dict[str, dict[str, float]]:

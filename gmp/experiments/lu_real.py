@@ -480,7 +480,7 @@ def _where(payload: Mapping[str, Any]) -> str:
 
 
 CHANCE = 1 / 10
-"""Accuracy of guessing one of the 10 classes: what a diverged run counts as in every claim."""
+"""Accuracy of guessing one of the 10 classes, what a diverged run counts as in every claim."""
 
 
 def _acc(result: Mapping[str, Any], key: str = "train_acc") -> float:

@@ -249,8 +249,11 @@ GPN_SPREAD = 10.0
 EXPLODING_SPREAD = 100.0
 """A plain network explodes or vanishes if one of its three spreads is at least this."""
 EXPLODING = ("ReLU", "LeakyReLU", "SELU", "GELU")
-"""The plain activations the paper shows exploding or vanishing: not Tanh (pseudo-linear,
-Fig. 1a) nor ELU, whose phi' the paper finds concentrated around one like Tanh's (Fig. 6)."""
+"""The plain activations the paper shows exploding or vanishing.
+
+Not Tanh (pseudo-linear, Fig. 1a) nor ELU, whose phi' the paper finds concentrated around
+one like Tanh's (Fig. 6).
+"""
 
 
 def _largest_spreads(payload) -> dict[str, float]:
@@ -300,8 +303,11 @@ def _not_pseudolinear(payload):
 
 RHO_BOUND = -0.8
 RHO_ROUNDING = 1e-9
-"""Slack of the Spearman bound for rounding: scipy returns -0.7999999999999999 for an exact -0.8,
-and the values rho can take are 12 / (k (k^2 - 1)) >= 0.1 apart for k <= 5 widths."""
+"""Slack of the Spearman bound for rounding.
+
+Scipy returns -0.7999999999999999 for an exact -0.8, and the values rho can take are
+12 / (k (k^2 - 1)) >= 0.1 apart for k <= 5 widths.
+"""
 
 
 def _width_equalizes(payload):
