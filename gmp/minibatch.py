@@ -159,10 +159,6 @@ class StackedNetworks(nn.Module):
         self.activations = nn.ModuleList(_activation(layer.activation) if layer.activation else nn.Identity()
                                          for layer in self.spec_layers)
 
-    @property
-    def count(self) -> int:
-        return len(self.seeds)
-
     def forward(self, h: Tensor) -> Tensor:
         biases = iter(self.biases)
         for layer, weight, act in zip(self.spec_layers, self.weights, self.activations):

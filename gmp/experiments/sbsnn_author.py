@@ -255,10 +255,6 @@ def units_keys(cfg, seed: int) -> list[str]:
                f"siren-fullbatch-{seed}"] + [f"ablation-{i}-{seed}" for i in range(len(cfg.ablation) - 1)])
 
 
-def _epochs_to(curves: EpochCurves, db: float, which: str) -> int | None:
-    return curves.first_epoch_at(db, which)
-
-
 def axes(fit: EpochCurves, db: float, which: str) -> dict[str, float | None]:
     """When ``fit`` first reaches ``db`` by ``which`` PSNR: in epochs, Adam updates and seconds (None if never)."""
     epoch = fit.first_epoch_at(db, which)
