@@ -55,8 +55,8 @@ def test_figures_and_their_references_carry_the_papers_numbers_not_running_ones(
         for number in numbers + references:
             assert not running.match(number), f"{page.name}: a running figure number {number!r} is left"
         for number in numbers:
-            assert re.search(re.escape(number.strip()) + r":", text), (
-                f"{page.name}: no caption opens with its number {number.strip()!r}")
+            assert re.search(r'<span class="caption-text"><strong>' + re.escape(number.strip()) + r":</strong>",
+                             text), f"{page.name}: no caption opens with its number {number.strip()!r} in bold"
 
 
 def test_colab_button_opens_the_chapter_notebook_on_main(built_book):
@@ -118,8 +118,8 @@ class Reader:
             "const math = window.MathJax && MathJax.startup ? MathJax.startup.promise : null;"
             "Promise.all([math, ...images]).then(() => done(true));")
 
-    def js(self, script: str):
-        return self.driver.execute_script(script)
+    def js(self, script: str, *args):
+        return self.driver.execute_script(script, *args)
 
     def ids(self, path: Path) -> set[str]:
         """The anchors (``id`` and ``name`` attributes) of a built HTML file."""

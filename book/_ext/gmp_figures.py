@@ -5,12 +5,13 @@ the paper's (``Chen & Ge Fig. 2c: ...``, ``Lu et al. Table 2: ...``) or, for the
 one that says so (``Not in the paper, steps to 60 dB: ...``). This makes that opening the
 figure's number: ``{numref}`` links read it, and the running number Sphinx would print before
 the caption is left out (``numfig_format`` is ``%s`` and ``gmp.css`` hides the caption's
-number, which the caption already opens with). A numbered figure whose caption has no such
+number, which the caption already opens with, set in bold). A numbered figure whose caption has no such
 opening is a build warning, hence an error under ``-W``.
 """
 
 from __future__ import annotations
 
+from docutils import nodes
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,19 @@ def number_by_caption(app, env) -> list[str]:
     return []
 
 
+def bold_numbers(app, doctree, docname) -> None:
+    """Set the number a figure's caption opens with in bold."""
+    for caption in doctree.findall(nodes.caption):
+        if not isinstance(caption.parent, nodes.figure):
+            continue
+        first = caption.children[0] if caption.children else None
+        number = caption_number(caption.astext())
+        if number is None or not isinstance(first, nodes.Text) or not str(first).startswith(number + ":"):
+            continue
+        caption.replace(first, [nodes.strong(text=number + ":"), nodes.Text(str(first)[len(number) + 1:])])
+
+
 def setup(app):
     app.connect("env-get-updated", number_by_caption, priority=900)
+    app.connect("doctree-resolved", bold_numbers)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
