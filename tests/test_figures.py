@@ -105,3 +105,11 @@ def test_every_chapter_figure_is_numbered_by_the_paper_or_says_it_is_not_in_it()
             assert re.match(re.escape(expected) + r"(?!\d)", number), (
                 f"{page.name}: {name} is numbered {number!r}, not as {expected!r}")
     assert seen > 50
+
+
+def test_every_figure_of_the_package_and_the_chapters_is_made_through_gmp_style():
+    sources = [p for p in (ROOT / "gmp").rglob("*.py") if p.name != "style.py"] + chapters()
+    offenders = [f"{p.relative_to(ROOT)}:{n}" for p in sources
+                 for n, line in enumerate(p.read_text().splitlines(), 1)
+                 if re.search(r"\bplt\.(subplots|figure|subplot_mosaic)\(", line)]
+    assert not offenders, f"figures made without gmp.style.subplots (the book's width and type): {offenders}"
