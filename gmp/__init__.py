@@ -6,7 +6,7 @@ Public names are exported here; each module's docstring says which paper it impl
 
 from importlib.metadata import PackageNotFoundError, version
 
-from gmp import config, data, results
+from gmp import config, data, results, style
 from gmp.config import load as load_config
 from gmp.config import resolve_device, seed_everything
 from gmp import train

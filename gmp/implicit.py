@@ -29,6 +29,7 @@ from gmp.models.implicit import SIREN_OMEGA_0, ImplicitMLP, Siren
 from gmp.progress import bar
 from gmp.results import atomic_write_bytes
 from gmp.train import load_checkpoint
+from gmp import style
 
 
 CHECKPOINT_KEYS = ("settings", "step", "stopped", "seconds", "model", "optimizer", "scheduler", "mse", "psnr", "lr",
@@ -368,12 +369,10 @@ def plot_psnr_panels(live: Mapping[str, np.ndarray], cached: Mapping[str, np.nda
     panel's title (for the partial results of an unfinished paper-scale run). Used by
     Figs. 4, 6 and 7 of SBSNN.
     """
-    import matplotlib.pyplot as plt
-
     panels = [(f"this build ({scale}, {side}×{side})", live)]
     if cached is not None:
         panels.append((cached_title or f"paper scale (cache, {cached_side}×{cached_side})", cached))
-    fig, axes = plt.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4.2), squeeze=False)
+    fig, axes = style.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4.2), squeeze=False)
     for ax, (title, arrays) in zip(axes[0], panels):
         for name, curve in arrays.items():
             ax.plot(np.arange(1, len(curve)), curve[1:], lw=1.3, **line_style(name))
@@ -383,10 +382,6 @@ def plot_psnr_panels(live: Mapping[str, np.ndarray], cached: Mapping[str, np.nda
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("PSNR (dB)")
-    labelled = {}  # every curve of either panel, once (a partial paper panel lacks some)
-    for ax in axes[0]:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            labelled.setdefault(label, handle)
-    axes[0][-1].legend(labelled.values(), labelled.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
+    style.legend_below(fig)  # every curve of either panel, once (a partial paper panel lacks some)
     return fig

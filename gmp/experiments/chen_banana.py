@@ -34,6 +34,7 @@ from gmp.data.toy import ToyData, banana
 from gmp.models.mlp import mlp
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, Store, paired_interval
 from gmp.train import EarlyStopping, ReduceLROnPlateau, accuracy, evaluate, fit, predict
+from gmp import style
 
 METHODS: dict[str, str] = {"SP": "sp", "WN": "wn", "BN": "bn", "GmP": "gmp"}
 """Method names of Fig. 3 -> ``param`` of :func:`gmp.mlp`."""
@@ -360,7 +361,7 @@ def plot_trajectories(data: ToyData, paths: Mapping[str, np.ndarray], lrs: Mappi
     import matplotlib.pyplot as plt
 
     x0, x1, y0, y1 = _view(data)
-    fig, axes = plt.subplots(1, len(paths), figsize=(10, 3.2), squeeze=False)
+    fig, axes = style.subplots(1, len(paths), figsize=(10, 3.2), squeeze=False)
     colours = plt.get_cmap("tab10")
     points = data.x_train.numpy()
     for ax, (method, path) in zip(axes[0], paths.items()):
@@ -383,12 +384,10 @@ def plot_boundaries(cfg: Config, data: ToyData, models: Mapping[str, torch.nn.Mo
                     final_points: Mapping[str, np.ndarray], accuracies: Mapping[str, float | None]):
     """Fig. 3 of Chen & Ge, last row: predicted probability of class 1, the decision boundary
     (black), the test points and the final characteristic points (red stars)."""
-    import matplotlib.pyplot as plt
-
     x0, x1, y0, y1 = _view(data)
     gx, gy = np.meshgrid(np.linspace(x0, x1, cfg.boundary_grid), np.linspace(y0, y1, cfg.boundary_grid))
     grid = torch.tensor(np.stack([gx.ravel(), gy.ravel()], axis=1), dtype=torch.float64)
-    fig, axes = plt.subplots(1, len(models), figsize=(10, 3.2), squeeze=False)
+    fig, axes = style.subplots(1, len(models), figsize=(10, 3.2), squeeze=False)
     test, labels = data.x_test.numpy(), data.y_test.numpy()
     for ax, (method, model) in zip(axes[0], models.items()):
         prob = torch.sigmoid(predict(model, grid)).reshape(gx.shape).numpy()

@@ -392,7 +392,7 @@ def plot_perturbation(ax, unit: Mapping[str, Any], index: int, extent: float) ->
     ax.plot(0, 0, "k+", ms=10)
     ax.set(xlim=(-extent, extent), ylim=(-extent, extent), aspect="equal", xlabel="$x_1$", ylabel="$x_2$",
            title=fr"$\epsilon = 10^{{{round(math.log10(eps))}}}$")
-    ax.legend(loc="lower left", fontsize=7)
+    ax.legend(loc="lower left")
 
 
 def plot_statistics(axes, payload: Mapping[str, Any]) -> None:

@@ -25,6 +25,7 @@ from gmp.data.toy import LEVY_DOMAIN, ToyData, levy, levy_function
 from gmp.models.mlp import mlp
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, Store, paired_interval
 from gmp.train import EarlyStopping, ReduceLROnPlateau, evaluate, fit, predict, rmse
+from gmp import style
 
 METHODS: dict[str, str] = {"SP": "sp", "WN": "wn", "BN": "bn", "GmP": "gmp"}
 """Method names of Fig. 2 -> ``param`` of :func:`gmp.mlp`, in the order of panels (d)-(g)."""
@@ -269,13 +270,11 @@ def plot_characteristic_point(sign: int, lam: float = 1.0):
     """Fig. 2a-b of Chen & Ge: ``z = relu(u x + lam)`` for ``u = sign``; its characteristic point
     ``B = phi = -lam u`` where the unit switches on, with the active (green) and inactive (red)
     sides marked."""
-    import matplotlib.pyplot as plt
-
     if sign not in (1, -1):
         raise ValueError(f"sign must be +1 or -1 (the direction u on the real line), got {sign!r}")
     phi = -lam * sign
     x = np.linspace(-4, 4, 401)
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = style.subplots(figsize=(5, 3.2))
     ax.axhline(0, color="0.6", lw=0.8)
     ax.plot(x, np.maximum(sign * x + lam, 0), color="tab:blue", lw=2, label=f"z = ReLU({'' if sign > 0 else '-'}x + {lam:g})")
     ax.axvline(phi, color="saddlebrown", lw=1.5, label=r"characteristic point $\mathcal{B} = \phi$")
@@ -288,7 +287,7 @@ def plot_characteristic_point(sign: int, lam: float = 1.0):
     ax.text(active, -0.6, "active", color="tab:green", ha="center", va="top")
     ax.text(inactive, -0.6, "inactive", color="tab:red", ha="center", va="top")
     ax.set(xlabel="x", ylabel="z", ylim=(-1.2, 5), title=f"u = {sign:+d}, λ = {lam:g}: φ = {phi:+g}")
-    ax.legend(loc="upper center" if sign > 0 else "upper right", fontsize=8, frameon=False)
+    ax.legend(loc="upper center" if sign > 0 else "upper right", frameon=False)
     fig.tight_layout()
     return fig
 
@@ -297,13 +296,11 @@ def plot_max_move(curves: Mapping[str, Sequence[float | None]], cached: Mapping[
                   scale: str = "small"):
     """Fig. 2c of Chen & Ge: ``max_i |Δφ_i|`` per epoch, log scale; a second panel for the
     paper-scale cache when one is given."""
-    import matplotlib.pyplot as plt
-
     panels = [(f"this build ({scale} scale)", {m: np.array([np.nan if v is None else v for v in c], dtype=float)
                                                for m, c in curves.items()})]
     if cached is not None:
         panels.append(("paper scale (cached run)", cached))
-    fig, axes = plt.subplots(1, len(panels), figsize=(10 if len(panels) > 1 else 6, 4), squeeze=False)
+    fig, axes = style.subplots(1, len(panels), figsize=(10 if len(panels) > 1 else 6, 4), squeeze=False)
     for ax, (title, data) in zip(axes[0], panels):
         for method, values in data.items():
             epochs = np.arange(1, len(values) + 1)
@@ -311,7 +308,7 @@ def plot_max_move(curves: Mapping[str, Sequence[float | None]], cached: Mapping[
         ax.axhline(PAPER["gmp_max_move_below"], color="k", ls="--", lw=0.8, label="1")
         ax.set(xlabel="epoch", ylabel=r"$\max_i |\Delta\phi_i|$", title=title)
         ax.set_yscale("log", base=2)
-        ax.legend(fontsize=8, ncol=5, loc="lower center")
+        ax.legend(ncol=5, loc="lower center")
     fig.tight_layout()
     return fig
 
@@ -322,10 +319,8 @@ def plot_fit_and_spectrum(data: ToyData, method: str, pred_init: Sequence[float]
     """Fig. 2d-g of Chen & Ge for one method: predictions at initialisation and after training
     with the data and the Levy function (left), and the spectrum of the characteristic points
     over training, initialisation at the bottom (right)."""
-    import matplotlib.pyplot as plt
-
     grid = data.x_test.reshape(-1).numpy()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = style.subplots(1, 2, figsize=(10, 4))
     left.plot(grid, levy_function(grid), color="k", lw=1.2, label="Levy function")
     left.scatter(data.x_train.reshape(-1).numpy(), data.y_train.reshape(-1).numpy(), s=12, color="tab:gray",
                  label="training data")
@@ -333,7 +328,7 @@ def plot_fit_and_spectrum(data: ToyData, method: str, pred_init: Sequence[float]
     left.plot(grid, pred_final, color="tab:blue", lw=1.5, label="after training")
     rmse_text = "diverged" if test_rmse is None else f"test RMSE {test_rmse:.3f}"
     left.set(xlabel="x", ylabel="y", title=f"{method}: {rmse_text}")
-    left.legend(fontsize=8, loc="upper center")
+    left.legend(loc="upper center")
     phi = np.array([[np.nan if v is None else v for v in row] for row in spectrum], dtype=float)
     lo, hi = LEVY_DOMAIN
     margin = 0.25 * (hi - lo)

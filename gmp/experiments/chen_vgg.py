@@ -27,6 +27,7 @@ from gmp.data.imagenet import ImageArrays, imagenet32_arrays, IMAGENET32_MEAN
 from gmp.models.vgg import vgg6
 from gmp.results import NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, Claim, Store
 from gmp.train import EarlyStopping, ReduceLROnPlateau
+from gmp import style
 
 CHAPTER = "chen_vgg"
 
@@ -455,13 +456,11 @@ COLOURS = {"SP": "tab:gray", "WN": "tab:blue", "WN+MBN": "tab:cyan", "BN": "tab:
 def plot_curves(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
     """Fig. 4: top-5 training (top) and validation (bottom) accuracy per epoch at the largest
     batch size, mean ± standard error; this build on the left, the paper-scale cache on the right."""
-    import matplotlib.pyplot as plt
-
     sources = [(f"{live['scale']} scale, {live['dataset']}, batch {live['batch_size']}", live)]
     if cached is not None:
         sources.append((f"paper scale, {cached['dataset']}, batch {cached['batch_size']}", cached))
-    fig, axes = plt.subplots(2, len(sources), figsize=(10 if len(sources) > 1 else 8, 7), squeeze=False,
-                             sharex="col")
+    fig, axes = style.subplots(2, len(sources), figsize=(10 if len(sources) > 1 else 8, 7), squeeze=False,
+                               sharex="col")
     for col, (title, payload) in enumerate(sources):
         for row, (name, label) in enumerate((("train_top5", "top-5 training accuracy (%)"),
                                              ("val_top5", "top-5 validation accuracy (%)"))):
@@ -478,6 +477,6 @@ def plot_curves(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
                 ax.set_title(title)
             else:
                 ax.set_xlabel("epoch")
-    axes[0, 0].legend(loc="lower right", fontsize="small")
+    axes[0, 0].legend(loc="lower right")
     fig.tight_layout()
     return fig

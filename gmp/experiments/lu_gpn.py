@@ -16,6 +16,7 @@ from gmp.gpn import ACTIVATION_LABELS, ACTIVATIONS, PAPER_ROOTS, gaussian_moment
 from gmp.models.deep import deep_mlp
 from gmp.propagation import propagate
 from gmp.results import FAILS, IDENTITY, NOT_RUN, VERIFIED, Claim
+from gmp import style
 
 CONFIG = scaled(
     common=dict(activations=list(ACTIVATIONS),
@@ -293,9 +294,7 @@ def poincare_frame(payload: Mapping[str, Any]):
 
 def plot_hermite(payload: Mapping[str, Any]):
     """Left: a_k^2 against k; right: the partial sums of Eq. (27) relative to their limits."""
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = style.subplots(1, 2, figsize=(11, 4))
     for name, row in payload["hermite"].items():
         coef = np.asarray(row["coef"])
         k = np.arange(coef.size)
@@ -311,16 +310,14 @@ def plot_hermite(payload: Mapping[str, Any]):
     right.set_title("missing derivative energy after K terms (Eq. (27))", fontsize=10)
     for ax in (left, right):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend()
     fig.tight_layout()
     return fig
 
 
 def plot_proposition1(payload: Mapping[str, Any]):
     """||dE/dW^(l)||_F against ||x^(l)|| ||d^(l)|| (Eq. (19)) on one sample."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = style.subplots(figsize=(10, 4))
     for label, name in (("tanh_gpn", "Tanh-GPN"), ("linear", r"linear $\phi(x) = x$")):
         row = payload["prop1"][label]
         grad = np.asarray(row["grad_norm"])
@@ -330,7 +327,7 @@ def plot_proposition1(payload: Mapping[str, Any]):
         ax.plot(layers, product, "-", label=rf"{name}: $\|x^{{(l)}}\|_2 \|d^{{(l)}}\|_2$")
     ax.set_xlabel("layer $l$")
     ax.set_ylabel("norm")
-    ax.legend(fontsize=8)
+    ax.legend()
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     return fig

@@ -38,6 +38,7 @@ from gmp.models.deep import DeepMLP, deep_mlp
 from gmp.propagation import gradient_norm_ratio, parameter_gradient_norms
 from gmp.results import NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, Claim
 from gmp.train import accuracy, evaluate, fit
+from gmp import style
 
 ACTIVATIONS = ["Tanh", "ReLU", "LeakyReLU", "ELU", "SELU", "GELU"]
 PAPER_DATASETS = ("mnist", "cifar10")
@@ -406,12 +407,10 @@ def _style(label: str, activation: str) -> tuple[str, str]:
 def plot_test_accuracy(runs: Mapping[str, Any], title: str, activations: list[str] | None = None):
     """Test accuracy (percent) after each epoch, one panel per activation with its GPN and
     BN variants (Figs. 3, 8 and 9 of Lu et al.); a diverged run ends with a cross."""
-    import matplotlib.pyplot as plt
-
     activations = [a for a in (activations or ACTIVATIONS) if a in runs]
     cols = min(3, len(activations))
     rows = math.ceil(len(activations) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(10, 3.0 * rows), sharey=True, squeeze=False)
+    fig, axes = style.subplots(rows, cols, figsize=(10, 3.0 * rows), sharey=True, squeeze=False)
     for ax, activation in zip(axes.flat, activations):
         for label, result in _family_runs(runs, activation):
             color, line = _style(label, activation)
@@ -423,7 +422,7 @@ def plot_test_accuracy(runs: Mapping[str, Any], title: str, activations: list[st
         ax.set_title(activation)
         ax.set_xlabel("epoch")
         ax.set_ylim(0, 100)
-        ax.legend(fontsize=7)
+        ax.legend()
     for ax in axes[:, 0]:
         ax.set_ylabel("test accuracy (%)")
     for ax in list(axes.flat)[len(activations):]:
@@ -438,10 +437,8 @@ def plot_gradient_ratio(runs: Mapping[str, Any], activations: list[str], title: 
     the mini-batch update, one panel per activation (Figs. 10-13 of Lu et al.). Steps where
     the ratio is undefined (a gradient norm of exactly 0, or not finite) leave gaps, as
     the paper's empty plots do."""
-    import matplotlib.pyplot as plt
-
     activations = [a for a in activations if a in runs]
-    fig, axes = plt.subplots(1, len(activations), figsize=(10, 3.4), squeeze=False)
+    fig, axes = style.subplots(1, len(activations), figsize=(10, 3.4), squeeze=False)
     for ax, activation in zip(axes[0], activations):
         for label, result in _family_runs(runs, activation):
             color, line = _style(label, activation)
@@ -450,7 +447,7 @@ def plot_gradient_ratio(runs: Mapping[str, Any], activations: list[str], title: 
         ax.set_yscale("log")
         ax.set_title(activation)
         ax.set_xlabel("mini-batch update")
-        ax.legend(fontsize=7)
+        ax.legend()
     axes[0, 0].set_ylabel("gradient norm ratio")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

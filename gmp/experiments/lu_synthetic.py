@@ -22,6 +22,7 @@ from gmp.models.deep import deep_mlp
 from gmp.progress import bar
 from gmp.propagation import gradient_norm_ratio, propagate
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp import style
 
 BASE = ["Tanh", "ReLU", "LeakyReLU", "ELU", "SELU", "GELU"]
 
@@ -183,22 +184,20 @@ def selu_gpn_slopes() -> tuple[float, float]:
 
 def plot_profiles(payload: Mapping[str, Any], bases: list[str]):
     """Rows: activations; columns: ||x^(l)||, ||d^(l)||, ||dE/dW^(l)||_F, plain vs GPN."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(bases), 3, figsize=(12, 3.2 * len(bases)), squeeze=False)
+    fig, axes = style.subplots(len(bases), 3, figsize=(12, 3.2 * len(bases)), squeeze=False)
     titles = [r"$\|x^{(l)}\|_2$", r"$\|d^{(l)}\|_2$", r"$\|\partial E/\partial W^{(l)}\|_F$"]
     for row, base in zip(axes, bases):
-        for label, style in ((base, "-"), (f"{base}-GPN", "--")):
+        for label, dash in ((base, "-"), (f"{base}-GPN", "--")):
             data = payload["per"][label]
             for ax, key in zip(row, ("x_norm", "d_norm", "grad_norm")):
                 values = np.asarray(data[key], dtype=np.float64)
                 layers = np.arange(1, values.size + 1)
-                ax.semilogy(layers, np.where(values > 0, values, np.nan), style, label=label)
+                ax.semilogy(layers, np.where(values > 0, values, np.nan), dash, label=label)
         for ax, title in zip(row, titles):
             ax.set_title(f"{base}: {title}", fontsize=10)
             ax.set_xlabel("layer $l$")
             ax.grid(True, which="major", alpha=0.3)
-        row[0].legend(fontsize=8)
+        row[0].legend()
     fig.suptitle(f"n = {payload['width']}, depth {payload['depth']}, {payload['samples']} samples", fontsize=10)
     fig.tight_layout()
     return fig
@@ -206,10 +205,8 @@ def plot_profiles(payload: Mapping[str, Any], bases: list[str]):
 
 def plot_histograms(payload: Mapping[str, Any], bases: list[str]):
     """Density of phi'(h_i^(l)) accumulated over units, layers and samples (Figs. 2, 6)."""
-    import matplotlib.pyplot as plt
-
     edges = np.asarray(payload["bin_edges"])
-    fig, axes = plt.subplots(len(bases), 2, figsize=(10, 2.6 * len(bases)), squeeze=False)
+    fig, axes = style.subplots(len(bases), 2, figsize=(10, 2.6 * len(bases)), squeeze=False)
     for row, base in zip(axes, bases):
         for ax, label in zip(row, (base, f"{base}-GPN")):
             data = payload["per"][label]
@@ -227,9 +224,7 @@ def plot_histograms(payload: Mapping[str, Any], bases: list[str]):
 
 def plot_width_sweep(payload: Mapping[str, Any]):
     """Mean and standard deviation over repeats of the gradient norm ratio (Fig. 7)."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = style.subplots(figsize=(10, 4))
     widths = np.asarray(payload["widths"])
     for label, rows in payload["ratios"].items():
         r = np.asarray(rows, dtype=np.float64)
@@ -238,7 +233,7 @@ def plot_width_sweep(payload: Mapping[str, Any]):
     ax.set_ylabel(r"$\max_l \|\partial E/\partial W^{(l)}\|_F\ /\ \min_l \|\partial E/\partial W^{(l)}\|_F$")
     ax.set_title(f"depth {payload['depth']}, {payload['samples']} samples, "
                  f"{np.asarray(next(iter(payload['ratios'].values()))).shape[1]} networks per width", fontsize=10)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(ncol=2)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     return fig

@@ -19,6 +19,7 @@ from gmp.encoders import AuthorEncoding, PositionalEncoding
 from gmp.implicit import fit_spec
 from gmp.minibatch import EpochCurves, fit_stack, heldout_pixels, layers
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp import style
 
 SBSNN_FAMILY = ["sin", "triangle", "abs_sin"]
 """The activations that satisfy the strong condition."""
@@ -546,12 +547,10 @@ def from_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, EpochCurves]:
 
 def plot_photographs(side: int = 256):
     """The cameraman photographs: scikit-image's of today, the classic one (SIREN's) and the author's file."""
-    import matplotlib.pyplot as plt
-
     panels = [("classic", "classic cameraman\n(scikit-image 0.17, SIREN)"),
               ("author", "the SBSNN author's 256×256 file"),
               ("skimage", "skimage.data.camera() today\n(scikit-image ≥ 0.18)")]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4.4))
+    fig, axes = style.subplots(1, 3, figsize=(12, 4.4))
     for ax, (source, title) in zip(axes, panels):
         ax.imshow(grey_image(side, source).numpy(), cmap="gray", vmin=0, vmax=1)
         ax.set_title(title, fontsize=11)
@@ -570,9 +569,7 @@ def plot_readme(panels: Mapping[str, Mapping[str, EpochCurves]]):
 
     ``panels`` maps a panel title to the fits (:func:`fits_of`) to draw in it.
     """
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), squeeze=False)
+    fig, axes = style.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), squeeze=False)
     for ax, (title, fits) in zip(axes[0], panels.items()):
         for schedule, shade in (("aggressive", "#d62728"), ("less_aggressive", "#1f77b4")):
             fit = fits.get(f"script/{schedule}")
@@ -588,7 +585,7 @@ def plot_readme(panels: Mapping[str, Mapping[str, EpochCurves]]):
         ax.set_ylabel("PSNR (dB, [0, 1] scale)")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=9, loc="lower right")
+        ax.legend(loc="lower right")
     fig.tight_layout()
     return fig
 
@@ -603,17 +600,17 @@ def plot_axes(rows: Mapping[str, Mapping[str, EpochCurves]]):
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(rows), 3, figsize=(16, 4.6 * len(rows) + 1.2), sharey=True, squeeze=False)
+    fig, axes = style.subplots(len(rows), 3, figsize=(16, 4.6 * len(rows) + 1.2), sharey=True, squeeze=False)
     for row, (title, fits) in zip(axes, rows.items()):
         for name, fit in fits.items():
             if name.startswith("script/"):
                 continue
             variant = name.split("/")[1]
             epochs = np.arange(1, len(fit.train_mse) + 1)
-            style = dict(color=colour(name), lw=1.4, label=label(name),
-                         ls=":" if variant == "nerf" else "--" if variant == "fullbatch" else "-")
+            line = dict(color=colour(name), lw=1.4, label=label(name),
+                        ls=":" if variant == "nerf" else "--" if variant == "fullbatch" else "-")
             for ax, x in zip(row, (epochs, epochs * fit.updates_per_epoch, fit.seconds)):
-                ax.plot(x, fit.psnr("train"), **style)
+                ax.plot(x, fit.psnr("train"), **line)
         for ax, xlabel in zip(row, ("epochs (the paper's 'iterations')", "Adam updates",
                                     "seconds per network (this CPU)")):
             _targets(ax)
@@ -623,12 +620,8 @@ def plot_axes(rows: Mapping[str, Mapping[str, EpochCurves]]):
             ax.grid(True, which="both", alpha=0.3)
         row[0].set_ylabel("whole-image PSNR (dB, [0, 1] scale)")
         row[1].set_title(title)
-    labelled = {}  # every curve of any row, once
-    for ax in axes[:, 0]:
-        for handle, text in zip(*ax.get_legend_handles_labels()):
-            labelled.setdefault(text, handle)
-    fig.legend(labelled.values(), labelled.keys(), loc="lower center", ncol=4, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 1.1 / (4.6 * len(rows) + 1.2), 1, 1))
+    fig.tight_layout()
+    style.legend_below(fig)  # every curve of any row, once
     return fig
 
 
@@ -661,12 +654,11 @@ def plot_renders(rows: Mapping[str, tuple[Mapping[str, np.ndarray], Any]]):
 
     ``rows`` maps a row title to ``(arrays, cfg)``: :func:`to_arrays` of the run and its config.
     """
-    import matplotlib.pyplot as plt
     from torchvision.transforms.functional import InterpolationMode, resize
 
     names = {"script": "author's script network", "sin_rotated": "√2 sin, rotated encoder", "siren": "SIREN"}
     columns = 1 + len(names)
-    fig, axes = plt.subplots(len(rows), columns, figsize=(3.4 * columns, 3.8 * len(rows)), squeeze=False)
+    fig, axes = style.subplots(len(rows), columns, figsize=(3.4 * columns, 3.8 * len(rows)), squeeze=False)
     for row, (title, (arrays, cfg)) in zip(axes, rows.items()):
         image = grey_image(cfg.side, cfg.image)
         up = resize(image[None], [cfg.render_side] * 2, interpolation=InterpolationMode.BILINEAR, antialias=False)[0]

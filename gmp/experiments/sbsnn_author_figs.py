@@ -15,6 +15,7 @@ from gmp.experiments.sbsnn_author import (FIG7_ACTIVATIONS, SBSNN_FAMILY, data, 
                                           fit_row, label, siren_spec)
 from gmp.minibatch import EpochCurves, fit_stack, layers
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp import style
 
 FIG4_ACTIVATIONS = ["sin", "triangle", "gpn_tanh", "gpn_relu", "gpn_elu", "abs_sin"]
 """The activations of Fig. 4, in the order of its caption (SIREN is the seventh curve)."""
@@ -120,11 +121,9 @@ def to_arrays(fits: Mapping[str, Mapping[str, EpochCurves]]) -> dict[str, np.nda
 def plot_figure(rows: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]], targets: bool = True):
     """PSNR per epoch: one row per title in ``rows``, whose value maps a curve name to its PSNR curves
     (``"epoch"``: the epoch-mean loss the author plots, dotted; ``"train"``: whole image, solid)."""
-    import matplotlib.pyplot as plt
-
     from gmp.experiments.sbsnn_author import _targets, colour
 
-    fig, axes = plt.subplots(1, len(rows), figsize=(7.5 * len(rows), 5.4), squeeze=False, sharey=True)
+    fig, axes = style.subplots(1, len(rows), figsize=(7.5 * len(rows), 5.4), squeeze=False, sharey=True)
     for ax, (title, curves) in zip(axes[0], rows.items()):
         for name, psnr in curves.items():
             epochs = np.arange(1, len(psnr["train"]) + 1)
@@ -136,12 +135,8 @@ def plot_figure(rows: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]], targ
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("whole-image PSNR (dB, [0, 1] scale)")
-    labelled = {}
-    for ax in axes[0]:
-        for handle, text in zip(*ax.get_legend_handles_labels()):
-            labelled.setdefault(text, handle)
-    fig.legend(labelled.values(), labelled.keys(), loc="lower center", ncol=4, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    fig.tight_layout()
+    style.legend_below(fig)
     return fig
 
 

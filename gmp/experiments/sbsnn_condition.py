@@ -15,6 +15,7 @@ from scipy import integrate
 from gmp.activations import ACTIVATION_LABELS, ACTIVATION_TEXT, activation, strong_condition
 from gmp.config import scaled
 from gmp.results import FAILS, IDENTITY, NOT_REPRODUCED, PARTLY, REPRODUCED, VERIFIED, Claim, missing_cell
+from gmp import style
 
 FIG_ACTIVATIONS = ["sqrt_sigmoid", "sin", "gpn_tanh", "gpn_gelu", "gpn_elu", "gpn_leaky_relu", "gpn_relu"]
 """The seven activations of Figs. 1-2, in the order of their captions."""
@@ -341,13 +342,11 @@ def _legend_label(name: str) -> str:
 
 def plot_fig1(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: str):
     """Fig. 1: summed norm deviation over the layers against the width (log-log)."""
-    import matplotlib.pyplot as plt
-
     from gmp.activations import PAPER_COLOURS
 
     panels = [(f"this build ({scale})", live)] + ([("paper scale (cache)", cached)] if cached else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4), squeeze=False,
-                             sharey=True)
+    fig, axes = style.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4), squeeze=False,
+                               sharey=True)
     for ax, (title, payload) in zip(axes[0], panels):
         for name, values in payload["deviation"].items():
             ax.loglog(payload["widths"], values, "o-", ms=3, color=PAPER_COLOURS[name], label=_legend_label(name))
@@ -356,20 +355,18 @@ def plot_fig1(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: 
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel(r"$\sum_k \,|\,\|x_k\|/\sqrt{n} - 1\,|$ (mean over runs)")
-    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
+    style.legend_below(fig)
     return fig
 
 
 def plot_fig2(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: str):
     """Fig. 2: deviation of the mean norm from ``sqrt(n)`` after each of the first layers."""
-    import matplotlib.pyplot as plt
-
     from gmp.activations import PAPER_COLOURS
 
     panels = [(f"this build ({scale})", live)] + ([("paper scale (cache)", cached)] if cached else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4), squeeze=False,
-                             sharey=True)
+    fig, axes = style.subplots(1, len(panels), figsize=(12 if len(panels) == 2 else 9, 4), squeeze=False,
+                               sharey=True)
     for ax, (title, payload) in zip(axes[0], panels):
         for name, values in payload["deviation"].items():
             ax.semilogy(range(1, len(values) + 1), values, "o-", ms=3, color=PAPER_COLOURS[name],
@@ -378,26 +375,24 @@ def plot_fig2(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: 
         ax.set_title(f"{title}, n = {payload['width']}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel(r"$|\,\mathrm{mean}_l\, \|x_k^{(l)}\|/\sqrt{n} - 1\,|$")
-    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
+    style.legend_below(fig)
     return fig
 
 
 def plot_fig3(radius: float = 8.0):
     """Fig. 3: three SBSNN activations, with ``f^2 - 1`` and ``f'^2 - 1`` (both odd)."""
-    import matplotlib.pyplot as plt
-
     from gmp.activations import PAPER_COLOURS
 
     x = torch.linspace(-radius, radius, 4001, dtype=torch.float64)
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
-    for name, style in (("sin", "-"), ("triangle", "-"), ("abs_sin", "--")):
+    fig, axes = style.subplots(1, 3, figsize=(12, 3.8))
+    for name, dash in (("sin", "-"), ("triangle", "-"), ("abs_sin", "--")):
         f = activation(name)
         z = (x + 1e-9).requires_grad_(True)  # right derivative at the kinks
         y = f(z)
         (dy,) = torch.autograd.grad(y.sum(), z)
         y = y.detach()
-        kw = dict(color=PAPER_COLOURS[name], ls=style, lw=1.6, label=_legend_label(name))
+        kw = dict(color=PAPER_COLOURS[name], ls=dash, lw=1.6, label=_legend_label(name))
         axes[0].plot(x, y, **kw)
         axes[1].plot(x, y ** 2 - 1, **kw)
         axes[2].plot(x, dy ** 2 - 1, **kw)
@@ -406,7 +401,7 @@ def plot_fig3(radius: float = 8.0):
         ax.axvline(0, color="grey", lw=0.5)
         ax.set_title(title)
         ax.set_xlabel("x")
-    axes[0].legend(fontsize=8, loc="lower left")
+    axes[0].legend(loc="lower left")
     fig.tight_layout()
     return fig
 

@@ -16,6 +16,7 @@ from gmp.data.images import TEXT_READING_IMAGE, cameraman, image_fitting_data
 from gmp.implicit import (FitResult, default_levels, fit_spec, plot_psnr_panels, psnr_steps_table, target_reading,
                           unfinished_title)
 from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, missing_cell
+from gmp import style
 
 FIG6_ACTIVATIONS = ["sin", "triangle", "abs_sin", "gpn_tanh", "gpn_gelu", "gpn_elu", "gpn_relu"]
 """The activations of Figs. 6 and 7, in the order of their captions."""
@@ -198,9 +199,7 @@ def curves(fits: Mapping[str, FitResult]) -> dict[str, np.ndarray]:
 
 def plot_fig5(arrays: Mapping[str, np.ndarray], step: int, title: str):
     """Fig. 5: the predicted image at an early step with the NeRF encoder and with the rotated one."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 5, figsize=(15, 3.4))
+    fig, axes = style.subplots(1, 5, figsize=(15, 3.4))
     target = arrays["target"]
     for ax, encoder, name in zip(axes[:2], ENCODERS, ["NeRF-type encoder (×√2)", "rotated encoder"]):
         ax.imshow(arrays[f"frame_{encoder}"], cmap="gray", vmin=-1, vmax=1)

@@ -29,6 +29,7 @@ from gmp.implicit import (FitResult, build_model, default_levels, fit_spec, mse_
                           psnr_steps_table)
 from gmp.models.implicit import SIREN_OMEGA_0, SineLayer
 from gmp.results import missing_cell
+from gmp import style
 
 CONFIG = scaled(
     common=dict(activation="sin", hidden_features=192, hidden_layers=5, encoder="rotated",
@@ -198,10 +199,8 @@ def plot_fits(live: Mapping[str, Any], live_curves: Mapping[str, np.ndarray], ca
 
 def plot_band_limit(live: Mapping[str, Any], cached: Mapping[str, Any] | None, mse_target: float):
     """PSNR of the low-passed cameraman against the highest kept frequency, with the fits' best PSNRs."""
-    import matplotlib.pyplot as plt
-
     payloads = [("this build", live)] + ([("paper scale", cached)] if cached else [])
-    fig, axes = plt.subplots(1, len(payloads), figsize=(12 if cached else 7, 4), squeeze=False)
+    fig, axes = style.subplots(1, len(payloads), figsize=(12 if cached else 7, 4), squeeze=False)
     for ax, (title, payload) in zip(axes[0], payloads):
         curve = payload["band_limit"]
         ax.plot(curve["cycles"], curve["psnr"], "o-", color="grey", label="low-passed image (bound)")
@@ -223,8 +222,8 @@ def plot_band_limit(live: Mapping[str, Any], cached: Mapping[str, Any] | None, m
         ax.set_title(f"{title} ({payload['side']}×{payload['side']}, {payload['steps']} steps)")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("PSNR (dB)")
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
+    style.legend_below(fig, ncol=3)
     return fig
 
 
