@@ -16,10 +16,10 @@ def _claim(module, key):
     return next(c for c in module.CLAIMS if c.key == key)
 
 
-def _perturbation(max_radius_change, phi_max=552.5, bound_fraction=1.0):
+def _perturbation(max_radius_change, phi_max=552.5, bound_excess=-2.5e-6):
     eps = [1e-4, 1e-3, 1e-2, 1e-1]
     return {"units": 10, "eps": eps, "phi_norm": {"max": phi_max},
-            "gmp": [{"eps": e, "bound_fraction": bound_fraction, "max_angle_error": 5e-16,
+            "gmp": [{"eps": e, "max_bound_excess": bound_excess, "max_angle_error": 5e-16,
                      "max_radius_change": max_radius_change(e), "shift": {"median": 1.155 * e}} for e in eps]}
 
 
@@ -32,7 +32,28 @@ def test_smooth_move_bound_has_slack_for_rounding_not_for_a_real_violation():
     assert claim.evaluate(_perturbation(measured.get))[1] == VERIFIED
     assert claim.evaluate(_perturbation(lambda e: e + 50 * 1.36e-11))[1] == VERIFIED
     assert claim.evaluate(_perturbation(lambda e: e * (1 + 1e-4)))[1] == FAILS
-    assert claim.evaluate(_perturbation(lambda e: e, bound_fraction=0.999999))[1] == FAILS
+    # The triangle bound: the paper-scale units stay 2.5e-6 inside it; rounding is allowed 1e-9 outside it.
+    assert claim.evaluate(_perturbation(lambda e: e, bound_excess=5e-10))[1] == VERIFIED
+    assert claim.evaluate(_perturbation(lambda e: e, bound_excess=1e-6))[1] == FAILS
+
+
+def test_uniform_init_rule_accepts_gaussian_directions_and_needs_the_test_to_reject_glorot_uniform():
+    from gmp.config import load
+
+    claim = _claim(chen_characteristic, "chen-characteristic-uniform-init")
+    assert claim.kind == "identity"
+    payload = chen_characteristic.init_checks(load("chen_characteristic", "smoke"))
+    rows = {row["source"]: row for row in payload["rows"]}
+    # Glorot-uniform directions pass the second-moment check that the rule used before, and fail the fourth moment.
+    assert rows["Glorot-uniform"]["max_dev_stderr"] < 5 and rows["Glorot-uniform"]["fourth_z"] < -20
+    assert all(abs(r["fourth_z"]) < 4 for k, r in rows.items() if k.startswith("Gaussian"))
+    assert claim.evaluate(payload)[1] == VERIFIED
+    biased = copy.deepcopy(payload)
+    biased["rows"][1]["fourth_z"] = 6.0  # one Gaussian variance whose directions are not uniform
+    assert claim.evaluate(biased)[1] == FAILS
+    powerless = copy.deepcopy(payload)
+    next(r for r in powerless["rows"] if r["source"] == "Glorot-uniform")["fourth_z"] = -1.0
+    assert claim.evaluate(powerless)[1] == FAILS
 
 
 def test_width_rule_counts_a_spearman_of_exactly_minus_0_8_despite_rounding():
