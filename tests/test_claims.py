@@ -59,11 +59,21 @@ def test_uniform_init_rule_accepts_gaussian_directions_and_needs_the_test_to_rej
 def test_width_rule_counts_a_spearman_of_exactly_minus_0_8_despite_rounding():
     claim = _claim(lu_synthetic, "lu-syn-width")
     widths = [32, 64, 128, 256]
-    # Ratios ranked 4, 2, 3, 1 against widths: rho = -0.8 exactly, which scipy returns as -0.7999999999999999.
-    exact = {"widths": widths, "ratios": {f"A{i}-GPN": [[4.0], [2.0], [3.0], [1.0]] for i in range(6)}}
-    assert claim.evaluate(exact)[1] == REPRODUCED
-    weaker = {"widths": widths, "ratios": {f"A{i}-GPN": [[4.0], [1.0], [3.0], [2.0]] for i in range(6)}}  # rho -0.6
+
+    def networks(means, jitter=0.1):
+        return [[m - jitter, m, m + jitter] for m in means]
+
+    # Mean ratios ranked 4, 2, 3, 1 against widths: rho = -0.8 exactly, which scipy returns as -0.7999999999999999.
+    exact = {"widths": widths, "ratios": {f"A{i}-GPN": networks([4.0, 2.0, 3.0, 1.0]) for i in range(6)}}
+    measured, verdict = claim.evaluate(exact)
+    assert verdict == REPRODUCED and "Spearman -0.80" in measured
+    weaker = {"widths": widths, "ratios": {f"A{i}-GPN": networks([4.0, 1.0, 3.0, 2.0]) for i in range(6)}}  # rho -0.6
     assert claim.evaluate(weaker)[1] == NOT_REPRODUCED
+    # The same means, but the networks at each width scatter over the others' range: not beyond noise.
+    noisy = {"widths": widths, "ratios": {f"A{i}-GPN": networks([4.0, 2.0, 3.0, 1.0], jitter=3.0) for i in range(6)}}
+    assert claim.evaluate(noisy)[1] == NOT_REPRODUCED
+    three_noisy = {"widths": widths, "ratios": {**exact["ratios"], **{k: noisy["ratios"][k] for k in ("A0-GPN", "A1-GPN")}}}
+    assert claim.evaluate(three_noisy)[1] == PARTLY
 
 
 @pytest.fixture(scope="module")
