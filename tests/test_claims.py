@@ -207,3 +207,29 @@ def test_levy_rmse_partly_means_lowest_mean_not_beyond_noise_and_divergence_coun
         for run in rivals_gone["runs"][m].values():
             run.update(diverged=True, diverged_epoch=5, test_rmse=None)
     assert claim.evaluate(rivals_gone)[1] == REPRODUCED
+
+
+def test_a_diverged_seed_counts_as_chance_in_the_vgg_and_resnet_rules():
+    from gmp.experiments import chen_resnet, chen_vgg
+
+    best = _claim(chen_vgg, "chen-vgg-gmpmn-best")
+    table = chen_vgg.paper_payload()
+    for row in table["summary"].values():  # three seeds per cell, each at the paper's mean
+        for cell in row.values():
+            for metric in ("top1", "top5"):
+                cell[f"{metric}_seeds"] = [cell[metric]] * 3
+    assert best.evaluate(table)[1] == REPRODUCED
+    # One of GmP+MN's three seeds diverged at every batch size: its mean over the other two is unchanged,
+    # but counted as chance (0.1% top-1, 0.5% top-5) the seed pulls it far below the others.
+    gone = copy.deepcopy(table)
+    for cell in gone["summary"]["GmP+MN"].values():
+        for metric in ("top1", "top5"):
+            cell[f"{metric}_seeds"][0] = None
+    measured, verdict = best.evaluate(gone)
+    assert verdict == NOT_REPRODUCED and "GmP+MN b256 (1 of 3 seeds)" in measured
+    resnet = chen_resnet.paper_payload()
+    (claim,) = chen_resnet.CLAIMS
+    cell = resnet["summary"]["GmP+MN"]["512"]
+    cell["top1_seeds"], cell["top5_seeds"] = [cell["top1"], cell["top1"], None], [cell["top5"], cell["top5"], None]
+    measured, verdict = claim.evaluate(resnet)
+    assert verdict == NOT_REPRODUCED and "counted as chance: GmP+MN" in measured
