@@ -16,10 +16,10 @@ def _claim(module, key):
     return next(c for c in module.CLAIMS if c.key == key)
 
 
-def _perturbation(max_radius_change, phi_max=552.5, bound_fraction=1.0):
+def _perturbation(max_radius_change, phi_max=552.5, bound_excess=-2.5e-6):
     eps = [1e-4, 1e-3, 1e-2, 1e-1]
     return {"units": 10, "eps": eps, "phi_norm": {"max": phi_max},
-            "gmp": [{"eps": e, "bound_fraction": bound_fraction, "max_angle_error": 5e-16,
+            "gmp": [{"eps": e, "max_bound_excess": bound_excess, "max_angle_error": 5e-16,
                      "max_radius_change": max_radius_change(e), "shift": {"median": 1.155 * e}} for e in eps]}
 
 
@@ -32,17 +32,48 @@ def test_smooth_move_bound_has_slack_for_rounding_not_for_a_real_violation():
     assert claim.evaluate(_perturbation(measured.get))[1] == VERIFIED
     assert claim.evaluate(_perturbation(lambda e: e + 50 * 1.36e-11))[1] == VERIFIED
     assert claim.evaluate(_perturbation(lambda e: e * (1 + 1e-4)))[1] == FAILS
-    assert claim.evaluate(_perturbation(lambda e: e, bound_fraction=0.999999))[1] == FAILS
+    # The triangle bound: the paper-scale units stay 2.5e-6 inside it; rounding is allowed 1e-9 outside it.
+    assert claim.evaluate(_perturbation(lambda e: e, bound_excess=5e-10))[1] == VERIFIED
+    assert claim.evaluate(_perturbation(lambda e: e, bound_excess=1e-6))[1] == FAILS
+
+
+def test_uniform_init_rule_accepts_gaussian_directions_and_needs_the_test_to_reject_glorot_uniform():
+    from gmp.config import load
+
+    claim = _claim(chen_characteristic, "chen-characteristic-uniform-init")
+    assert claim.kind == "identity"
+    payload = chen_characteristic.init_checks(load("chen_characteristic", "smoke"))
+    rows = {row["source"]: row for row in payload["rows"]}
+    # Glorot-uniform directions pass the second-moment check that the rule used before, and fail the fourth moment.
+    assert rows["Glorot-uniform"]["max_dev_stderr"] < 5 and rows["Glorot-uniform"]["fourth_z"] < -20
+    assert all(abs(r["fourth_z"]) < 4 for k, r in rows.items() if k.startswith("Gaussian"))
+    assert claim.evaluate(payload)[1] == VERIFIED
+    biased = copy.deepcopy(payload)
+    biased["rows"][1]["fourth_z"] = 6.0  # one Gaussian variance whose directions are not uniform
+    assert claim.evaluate(biased)[1] == FAILS
+    powerless = copy.deepcopy(payload)
+    next(r for r in powerless["rows"] if r["source"] == "Glorot-uniform")["fourth_z"] = -1.0
+    assert claim.evaluate(powerless)[1] == FAILS
 
 
 def test_width_rule_counts_a_spearman_of_exactly_minus_0_8_despite_rounding():
     claim = _claim(lu_synthetic, "lu-syn-width")
     widths = [32, 64, 128, 256]
-    # Ratios ranked 4, 2, 3, 1 against widths: rho = -0.8 exactly, which scipy returns as -0.7999999999999999.
-    exact = {"widths": widths, "ratios": {f"A{i}-GPN": [[4.0], [2.0], [3.0], [1.0]] for i in range(6)}}
-    assert claim.evaluate(exact)[1] == REPRODUCED
-    weaker = {"widths": widths, "ratios": {f"A{i}-GPN": [[4.0], [1.0], [3.0], [2.0]] for i in range(6)}}  # rho -0.6
+
+    def networks(means, jitter=0.1):
+        return [[m - jitter, m, m + jitter] for m in means]
+
+    # Mean ratios ranked 4, 2, 3, 1 against widths: rho = -0.8 exactly, which scipy returns as -0.7999999999999999.
+    exact = {"widths": widths, "ratios": {f"A{i}-GPN": networks([4.0, 2.0, 3.0, 1.0]) for i in range(6)}}
+    measured, verdict = claim.evaluate(exact)
+    assert verdict == REPRODUCED and "Spearman -0.80" in measured
+    weaker = {"widths": widths, "ratios": {f"A{i}-GPN": networks([4.0, 1.0, 3.0, 2.0]) for i in range(6)}}  # rho -0.6
     assert claim.evaluate(weaker)[1] == NOT_REPRODUCED
+    # The same means, but the networks at each width scatter over the others' range: not beyond noise.
+    noisy = {"widths": widths, "ratios": {f"A{i}-GPN": networks([4.0, 2.0, 3.0, 1.0], jitter=3.0) for i in range(6)}}
+    assert claim.evaluate(noisy)[1] == NOT_REPRODUCED
+    three_noisy = {"widths": widths, "ratios": {**exact["ratios"], **{k: noisy["ratios"][k] for k in ("A0-GPN", "A1-GPN")}}}
+    assert claim.evaluate(three_noisy)[1] == PARTLY
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +207,29 @@ def test_levy_rmse_partly_means_lowest_mean_not_beyond_noise_and_divergence_coun
         for run in rivals_gone["runs"][m].values():
             run.update(diverged=True, diverged_epoch=5, test_rmse=None)
     assert claim.evaluate(rivals_gone)[1] == REPRODUCED
+
+
+def test_a_diverged_seed_counts_as_chance_in_the_vgg_and_resnet_rules():
+    from gmp.experiments import chen_resnet, chen_vgg
+
+    best = _claim(chen_vgg, "chen-vgg-gmpmn-best")
+    table = chen_vgg.paper_payload()
+    for row in table["summary"].values():  # three seeds per cell, each at the paper's mean
+        for cell in row.values():
+            for metric in ("top1", "top5"):
+                cell[f"{metric}_seeds"] = [cell[metric]] * 3
+    assert best.evaluate(table)[1] == REPRODUCED
+    # One of GmP+MN's three seeds diverged at every batch size: its mean over the other two is unchanged,
+    # but counted as chance (0.1% top-1, 0.5% top-5) the seed pulls it far below the others.
+    gone = copy.deepcopy(table)
+    for cell in gone["summary"]["GmP+MN"].values():
+        for metric in ("top1", "top5"):
+            cell[f"{metric}_seeds"][0] = None
+    measured, verdict = best.evaluate(gone)
+    assert verdict == NOT_REPRODUCED and "GmP+MN b256 (1 of 3 seeds)" in measured
+    resnet = chen_resnet.paper_payload()
+    (claim,) = chen_resnet.CLAIMS
+    cell = resnet["summary"]["GmP+MN"]["512"]
+    cell["top1_seeds"], cell["top5_seeds"] = [cell["top1"], cell["top1"], None], [cell["top5"], cell["top5"], None]
+    measured, verdict = claim.evaluate(resnet)
+    assert verdict == NOT_REPRODUCED and "counted as chance: GmP+MN" in measured

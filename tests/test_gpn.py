@@ -182,3 +182,36 @@ def test_finite_moments_that_float64_cannot_evaluate_are_not_called_infinite():
 def test_a_heavy_tail_is_reported_with_its_weight():
     with pytest.raises(ValueError, match="heavy-tailed to integrate: .* still weighs"):
         gmp.gaussian_moments(lambda x: torch.where(x.abs() > 38, torch.full_like(x, 1e154), x))
+
+
+@pytest.mark.parametrize("name", ["tanh", "relu", "selu"])
+def test_correlation_map_is_mehlers_formula_with_a_marginal_fixed_point_at_one(name):
+    from gmp.experiments.lu_gpn import correlation_map, gpn_coefficients
+
+    coef = gpn_coefficients(name, 150)
+    assert float(correlation_map(coef, 1.0)) == pytest.approx(1.0, abs=1e-12)
+    assert float(correlation_map(coef, 0.0)) == pytest.approx(coef[0] ** 2, abs=1e-15)
+    # f'(1) = E[phi_hat'^2] = 1 for a GPN activation: the fixed point c = 1 is marginal.
+    slope = float(correlation_map(coef, 1.0) - correlation_map(coef, 1 - 1e-4)) / 1e-4
+    assert slope == pytest.approx(1.0, abs=0.03)
+    # E[phi_hat(u) phi_hat(v)] for Gaussians of correlation c, by Monte Carlo.
+    gen = torch.Generator().manual_seed(0)
+    u, z = torch.randn(2, 2_000_000, dtype=torch.float64, generator=gen)
+    phi = gmp.make_activation({"tanh": "Tanh-GPN", "relu": "ReLU-GPN", "selu": "SELU-GPN"}[name])
+    for c in (-0.5, 0.3, 0.9):
+        v = c * u + math.sqrt(1 - c * c) * z
+        assert float((phi(u) * phi(v)).mean()) == pytest.approx(float(correlation_map(coef, c)), abs=5e-3)
+    assert np.all(np.diff(correlation_map(coef, np.linspace(-1, 1, 201))) >= -1e-12)
+
+
+def test_collapse_fit_recovers_a_law_in_sqrt_depth_over_width_and_tells_it_from_depth_alone():
+    from gmp.experiments.lu_gpn import collapse_fit
+
+    grid = [[n, depth] for n in (32, 64, 128) for depth in (16, 32, 64)]
+    law = {"A": [[math.exp(0.7 * math.sqrt(d / n))] * 2 for n, d in grid],
+           "B": [[math.exp(0.1 * math.sqrt(d))] * 2 for n, d in grid]}
+    fits = collapse_fit({"grid": grid, "samples": 8, "spreads": law})
+    assert fits["A"]["slope"] == pytest.approx(0.7) and fits["A"]["r2"] == pytest.approx(1.0)
+    assert fits["A"]["same_ratio"] == pytest.approx(0.0, abs=1e-12) and fits["A"]["r2_depth"] < 0.9
+    assert fits["A"]["width_per_depth"] == pytest.approx((0.7 / math.log(2)) ** 2)
+    assert fits["B"]["r2_depth"] == pytest.approx(1.0) and fits["B"]["r2"] < 0.9 and fits["B"]["same_ratio"] > 0.1

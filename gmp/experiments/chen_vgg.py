@@ -170,7 +170,9 @@ def _mean_se(values: Sequence[float]) -> tuple[float | None, float | None]:
 
 
 def table_payload(cfg: Config, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Mean and standard error (%) of validation top-1/top-5 per variant and batch size."""
+    """Mean and standard error (%) of validation top-1/top-5 per variant and batch size, over the
+    seeds that gave an accuracy, and (``top1_seeds``, ``top5_seeds``) each seed's accuracy in the
+    order of ``cfg["seeds"]``, None for a seed whose run diverged before any evaluation."""
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     for variant in cfg["variants"]:
         summary[variant] = {}
@@ -179,8 +181,9 @@ def table_payload(cfg: Config, runs: Sequence[Mapping[str, Any]]) -> dict[str, A
             cell: dict[str, Any] = {"n": len(mine), "diverged": sum(bool(r["diverged"]) for r in mine),
                                     "epochs": [r["epochs"] for r in mine]}
             for metric in ("top1", "top5"):
-                mean, se = _mean_se([None if r[metric] is None else 100 * r[metric] for r in mine])
-                cell[metric], cell[f"{metric}_se"] = mean, se
+                seeds = [None if r[metric] is None else 100 * r[metric] for r in mine]
+                cell[metric], cell[f"{metric}_se"] = _mean_se(seeds)
+                cell[f"{metric}_seeds"] = seeds
             summary[variant][str(b)] = cell
     return {"dataset": cfg["dataset"], "scale": cfg.scale, "batch_sizes": list(cfg["batch_sizes"]),
             "paper_batch_sizes": list(cfg["paper_batch_sizes"]), "summary": summary}
@@ -220,7 +223,8 @@ def best_method(payload: Mapping[str, Any], batch_size: int, metric: str = "top1
 
 # ---------------------------------------------------------------- claims
 
-_DIVERGED = "; a variant with no accuracy (its runs diverged before any evaluation) counts as chance"
+_DIVERGED = ("; a seed with no accuracy (its run diverged before any evaluation) counts as chance in its "
+             "variant's mean")
 _STAND_IN = ("; on a stand-in data set (not ImageNet32) the verdict is at most 'partly', "
              "and only the paper-scale run can reproduce the claim")
 
@@ -239,14 +243,22 @@ def chance(payload: Mapping[str, Any], metric: str) -> float:
 
 
 def claim_accuracy(payload: Mapping[str, Any], variant: str, batch: int, metric: str) -> float:
-    """The mean ``metric`` (%) of ``variant`` at ``batch``, or :func:`chance` where it has none."""
-    value = payload["summary"][variant][str(batch)][metric]
-    return chance(payload, metric) if value is None else value
+    """The mean ``metric`` (%) of ``variant`` at ``batch`` over its seeds, a seed whose run diverged
+    counting as :func:`chance` (the paper's table, which has no seeds, gives its mean)."""
+    cell = payload["summary"][variant][str(batch)]
+    values = cell.get(f"{metric}_seeds", [cell[metric]])
+    return float(np.mean([chance(payload, metric) if v is None else v for v in values]))
 
 
 def _diverged_cells(payload: Mapping[str, Any]) -> str:
-    cells = [f"{v} b{b}" for v, row in payload["summary"].items() for b in payload["batch_sizes"]
-             if row[str(b)]["top1"] is None]
+    cells = []
+    for v, row in payload["summary"].items():
+        for b in payload["batch_sizes"]:
+            cell = row[str(b)]
+            gone = sum(x is None for x in cell.get("top1_seeds", [cell["top1"]]))
+            if gone:
+                cells.append(f"{v} b{b}" + (f" ({gone} of {len(cell['top1_seeds'])} seeds)"
+                                            if "top1_seeds" in cell else ""))
     return f"; no accuracy (diverged), counted as chance: {', '.join(cells)}" if cells else ""
 
 

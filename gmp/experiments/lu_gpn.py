@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy import stats
 
 from gmp.config import scaled
-from gmp.gpn import ACTIVATION_LABELS, ACTIVATIONS, PAPER_ROOTS, gaussian_moments, gpn_constants, hermite_coefficients
+from gmp.gpn import (ACTIVATION_LABELS, ACTIVATIONS, PAPER_ROOTS, gaussian_moments, gpn_constants,
+                     hermite_coefficients, make_activation)
 from gmp.models.deep import deep_mlp
 from gmp.propagation import propagate
 from gmp.results import FAILS, IDENTITY, NOT_RUN, VERIFIED, Claim
@@ -22,10 +24,15 @@ CONFIG = scaled(
     common=dict(activations=list(ACTIVATIONS),
                 poincare_extra=["sigmoid", "softplus", "silu", "mish", "softsign", "erf", "sin", "cos",
                                 "square", "cube", "abs"],
-                prop1_width=64, prop1_depth=10),
-    smoke=dict(hermite_K=12, poincare_extra=["sigmoid", "sin", "abs"]),
-    small=dict(hermite_K=60),
-    paper=dict(hermite_K=150),
+                prop1_width=64, prop1_depth=10, collapse_dtype="float32", correlation_width=500),
+    smoke=dict(hermite_K=12, poincare_extra=["sigmoid", "sin", "abs"],
+               collapse_widths=[16, 32], collapse_depths=[8, 16], collapse_samples=16, collapse_repeats=1,
+               correlation_width=32, correlation_depth=16, correlation_samples=8),
+    small=dict(hermite_K=60, collapse_widths=[32, 64, 128], collapse_depths=[16, 32, 64], collapse_samples=32,
+               collapse_repeats=2, correlation_width=128, correlation_depth=100, correlation_samples=16),
+    # The grid's L / n ranges over 1/32 to 8 and many (n, L) share a value of L / n.
+    paper=dict(hermite_K=150, collapse_widths=[32, 64, 128, 256, 512], collapse_depths=[16, 32, 64, 128, 256],
+               collapse_samples=64, collapse_repeats=3, correlation_depth=200, correlation_samples=32),
 )
 
 PAPER = {
@@ -158,13 +165,117 @@ def proposition1(width: int, depth: int, seed: int) -> dict[str, Any]:
     return out
 
 
+GPN_LABELS = {"tanh": "Tanh-GPN", "relu": "ReLU-GPN", "leaky_relu": "LeakyReLU-GPN", "elu": "ELU-GPN",
+              "selu": "SELU-GPN", "gelu": "GELU-GPN"}
+"""The paper's name of the GPN version of each activation."""
+
+
+def collapse(cfg: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """The gradient-norm spread ``max_l / min_l ||dE/dW^(l)||_F`` of every GPN activation on a
+    grid of widths ``n`` and depths ``L`` (Haar-orthogonal weights, Gaussian inputs and error
+    signals as in Section 3.1; ``collapse_repeats`` networks per grid point).
+
+    Theorems 2-3 are limits in width at fixed depth: each layer multiplies a norm by a factor
+    ``1 + O(1/sqrt(n))`` that is independent between layers, so ``log`` of the spread grows like
+    a random walk's range, ``sqrt(L / n)``.
+    """
+    dtype = {"float32": torch.float32, "float64": torch.float64}[cfg["collapse_dtype"]]
+    spreads: dict[str, list] = {GPN_LABELS[name]: [] for name in cfg["activations"]}
+    grid = []
+    for width in cfg["collapse_widths"]:
+        for depth in cfg["collapse_depths"]:
+            grid.append([width, depth])
+            runs = {label: [] for label in spreads}
+            for repeat in range(cfg["collapse_repeats"]):
+                gen = torch.Generator().manual_seed(seed + 7919 * repeat + 31 * width + depth)
+                net = deep_mlp(width, depth, "Tanh", parametrized=False, dtype=dtype, generator=gen)
+                x = torch.randn(cfg["collapse_samples"], width, dtype=dtype, generator=gen)
+                g = torch.randn(cfg["collapse_samples"], width, dtype=dtype, generator=gen)
+                for label in spreads:
+                    net.phi = make_activation(label)
+                    grad = propagate(net, x, g, bins=0).grad_norm
+                    runs[label].append(float(grad.max() / grad.min()))
+            for label in spreads:
+                spreads[label].append(runs[label])
+    return {"grid": grid, "samples": cfg["collapse_samples"], "spreads": spreads}
+
+
+def correlation_map(coef: np.ndarray, c: np.ndarray | float) -> np.ndarray:
+    """The correlation map ``f(c) = sum_k a_k^2 c^k`` of a GPN activation with orthonormal
+    Hermite coefficients ``a_k`` (Eq. (21)): the correlation ``E[phi(u) phi(v)]`` of its outputs
+    for standard Gaussian ``u, v`` of correlation ``c`` (Mehler's formula), ``E[phi^2] = 1``.
+
+    The coefficients beyond ``K`` are put at ``c^(K+1)`` with the mass ``1 - sum_k a_k^2`` they
+    miss, so that ``f(1) = 1`` exactly; that overstates ``f(c)`` for ``c < 1`` by at most this
+    mass times ``c^(K+1)``.
+    """
+    coef = np.asarray(coef, dtype=np.float64)
+    c = np.asarray(c, dtype=np.float64)
+    k = np.arange(coef.size)
+    tail = max(0.0, 1.0 - float(np.sum(coef ** 2)))
+    return np.sum(coef[:, None] ** 2 * c.reshape(-1)[None, :] ** k[:, None], axis=0).reshape(c.shape) \
+        + tail * c ** coef.size
+
+
+def gpn_coefficients(name: str, K: int) -> np.ndarray:
+    """Orthonormal Hermite coefficients of the GPN version ``a phi + b`` of ``name`` (paper's root):
+    ``a a_0 + b`` and ``a a_k`` for ``k >= 1``."""
+    a, b_plus, b_minus = gpn_constants(name)
+    b = b_plus if PAPER_ROOTS[name] == "+" else b_minus
+    coef = a * hermite_coefficients(name, K)
+    coef[0] += b
+    return coef
+
+
+def correlation(cfg: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """How fast two inputs' correlation goes to 1 with depth in GPN networks: predicted by
+    iterating :func:`correlation_map` from the inputs' measured mean cosine similarity, and
+    measured as the mean cosine similarity of all pairs of ``correlation_samples`` Gaussian
+    inputs through one Haar-orthogonal network (width ``correlation_width``, float64).
+
+    Orthogonal weights keep cosine similarities, and a GPN activation keeps
+    ``||x||^2 / n`` at 1, so the pre-activations of two inputs are (for wide layers) standard
+    Gaussian with the correlation of the inputs, and the map gives the next layer's.
+    """
+    width, depth, m = cfg["correlation_width"], cfg["correlation_depth"], cfg["correlation_samples"]
+    gen = torch.Generator().manual_seed(seed + 11)
+    net = deep_mlp(width, depth, "Tanh", parametrized=False, dtype=torch.float64, generator=gen)
+    x0 = torch.randn(m, width, dtype=torch.float64, generator=gen)
+    pairs = torch.triu_indices(m, m, offset=1)
+    weights = [w.detach() for w in net.square_weights()]
+
+    def mean_cosine(x: torch.Tensor) -> float:
+        u = x / x.norm(dim=1, keepdim=True)
+        return float((u @ u.T)[pairs[0], pairs[1]].mean())
+
+    out = {}
+    for name in cfg["activations"]:
+        label = GPN_LABELS[name]
+        phi = make_activation(label)
+        x, measured = x0, [mean_cosine(x0)]
+        with torch.no_grad():
+            for w in weights:
+                x = phi(x @ w.T)
+                measured.append(mean_cosine(x))
+        coef = gpn_coefficients(name, cfg["hermite_K"])
+        predicted = [measured[0]]
+        for _ in range(depth):
+            predicted.append(float(correlation_map(coef, predicted[-1])))
+        k = np.arange(coef.size)
+        out[label] = {"measured": measured, "predicted": predicted, "f0": float(coef[0] ** 2),
+                      "slope_at_1": float(np.sum(k * coef ** 2)), "tail": max(0.0, 1.0 - float(np.sum(coef ** 2)))}
+    return {"width": width, "depth": depth, "samples": m, "per": out}
+
+
 def run(cfg: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """Every result of the chapter as one JSON-serialisable payload."""
     return {"table1": table1(cfg["activations"]),
             "gpn_moments": gpn_moments(cfg["activations"]),
             "poincare": poincare(list(cfg["activations"]) + list(cfg["poincare_extra"])),
             "hermite": hermite(cfg["activations"], cfg["hermite_K"]),
-            "prop1": proposition1(cfg["prop1_width"], cfg["prop1_depth"], seed)}
+            "prop1": proposition1(cfg["prop1_width"], cfg["prop1_depth"], seed),
+            "collapse": collapse(cfg, seed),
+            "correlation": correlation(cfg, seed)}
 
 
 def table1_differences(payload: Mapping[str, Any]) -> dict[str, float]:
@@ -330,4 +441,157 @@ def plot_proposition1(payload: Mapping[str, Any]):
     ax.legend()
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+SPREAD_TARGET = 2.0
+"""The gradient-norm spread max_l/min_l that "wide enough" is measured against (a factor of 2)."""
+
+
+def collapse_fit(payload: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Per GPN activation, the fit ``log spread = s sqrt(L / n)`` (least squares through the
+    origin, on the mean over repeats of the log spread at each grid point) and how well the
+    grid collapses onto it.
+
+    ``r2``: the fraction of the variance of the log spread over the grid that the one variable
+    ``sqrt(L / n)`` explains; ``r2_depth`` and ``r2_width``: the same for the best fits in
+    ``sqrt(L)`` and in ``1 / sqrt(n)`` alone (the alternatives the collapse must beat);
+    ``same_ratio``: the largest difference of log spread between grid points of equal
+    ``L / n <= 1`` (the scatter at a fixed ``sqrt(L / n)`` in the wide regime of the theorems),
+    and ``range``: the range of log spread over the grid; ``width_per_depth``: the ``n / L`` at which the fit gives a spread of
+    :data:`SPREAD_TARGET`, ``(s / ln 2)^2``.
+    """
+    grid = np.asarray(payload["grid"], dtype=np.float64)
+    n, depth = grid[:, 0], grid[:, 1]
+    out = {}
+    for label, rows in payload["spreads"].items():
+        y = np.log(np.asarray(rows, dtype=np.float64)).mean(axis=1)
+        total = float(np.sum((y - y.mean()) ** 2))
+
+        def r2(x: np.ndarray) -> tuple[float, float]:
+            slope = float(x @ y / (x @ x))
+            return slope, 1.0 - float(np.sum((y - slope * x) ** 2)) / total
+
+        s, fit = r2(np.sqrt(depth / n))
+        groups: dict[float, list[float]] = {}
+        for ratio, value in zip(depth / n, y):
+            if ratio <= 1:
+                    groups.setdefault(round(float(ratio), 9), []).append(float(value))
+        out[label] = {"slope": s, "r2": fit, "r2_depth": r2(np.sqrt(depth))[1], "r2_width": r2(1 / np.sqrt(n))[1],
+                      "same_ratio": max((max(v) - min(v) for v in groups.values() if len(v) > 1), default=0.0),
+                      "range": float(y.max() - y.min()),
+                      "width_per_depth": float((s / np.log(SPREAD_TARGET)) ** 2)}
+    return out
+
+
+def plot_collapse(payload: Mapping[str, Any]):
+    """Log gradient-norm spread of every GPN activation against ``sqrt(L / n)`` (with the fit
+    of :func:`collapse_fit`) and, in the panel below it, against the depth ``L``; one marker per
+    width, three activations a row."""
+    grid = np.asarray(payload["grid"], dtype=np.float64)
+    fits = collapse_fit(payload)
+    labels = list(payload["spreads"])
+    columns = 3
+    groups = -(-len(labels) // columns)
+    fig, axes = style.subplots(2 * groups, columns, figsize=(9, 3.2 * groups * 2), squeeze=False)
+    markers = "osD^vP*X"
+    widths = sorted(set(grid[:, 0]))
+    x = np.linspace(0, np.sqrt(grid[:, 1] / grid[:, 0]).max(), 50)
+    for index, label in enumerate(labels):
+        top, bottom = axes[2 * (index // columns), index % columns], axes[2 * (index // columns) + 1, index % columns]
+        y = np.log(np.asarray(payload["spreads"][label], dtype=np.float64)).mean(axis=1)
+        for marker, width in zip(markers, widths):
+            keep = grid[:, 0] == width
+            top.plot(np.sqrt(grid[keep, 1] / width), y[keep], marker, mfc="none", label=f"n = {width:g}")
+            bottom.plot(grid[keep, 1], y[keep], marker + "-", mfc="none", label=f"n = {width:g}")
+        top.plot(x, fits[label]["slope"] * x, "k-", lw=1)
+        top.set_title(f"{label}\nslope {fits[label]['slope']:.2f}, $R^2$ {fits[label]['r2']:.2f}")
+        top.set_xlabel(r"$\sqrt{L/n}$")
+        bottom.set_xlabel("depth $L$")
+        bottom.set_xscale("log", base=2)
+        if index % columns == 0:
+            top.set_ylabel("log spread")
+            bottom.set_ylabel("log spread")
+    for ax in axes.flat[len(labels) * 2:]:
+        ax.set_visible(False)
+    for ax in axes.flat:
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    style.legend_below(fig, ncol=len(widths))
+    return fig
+
+
+CORRELATION_LEVEL = 0.9
+"""The correlation whose depth of arrival orders the activations (two independent inputs
+become 90% correlated)."""
+
+
+def _depth_to(values: list[float], level: float) -> float:
+    """The first layer at which ``values`` reaches ``level`` (``inf`` if it never does)."""
+    reached = np.nonzero(np.asarray(values) >= level)[0]
+    return float(reached[0]) if reached.size else float("inf")
+
+
+def correlation_summary(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Per GPN activation: the depth at which the mean correlation of two inputs reaches
+    :data:`CORRELATION_LEVEL`, predicted by the correlation map and measured, ``1 - c`` at
+    the last layer both ways, and Spearman correlations of the orderings: predicted against
+    measured, and each (``rho_{predicted,measured}_<dataset>`` for ``1 - c`` at the last layer,
+    ``rho_depth_...`` for the depth) against the paper's Table 2 training accuracy of the GPN
+    networks without batch normalisation (MNIST and CIFAR-10; a reference: a slower approach to
+    1 should train better)."""
+    from gmp.experiments.lu_real import PAPER as REAL
+
+    per = payload["correlation"]["per"]
+    rows = {label: {"depth_predicted": _depth_to(v["predicted"], CORRELATION_LEVEL),
+                    "depth_measured": _depth_to(v["measured"], CORRELATION_LEVEL),
+                    "gap_predicted": 1 - v["predicted"][-1], "gap_measured": 1 - v["measured"][-1],
+                    **{f"paper_{d}": REAL["table2"][label][d]["train"][0] for d in ("mnist", "cifar10")}}
+            for label, v in per.items()}
+    labels = list(rows)
+
+    def rho(a: str, b: str) -> float:
+        return float(stats.spearmanr([rows[k][a] for k in labels], [rows[k][b] for k in labels]).statistic)
+
+    return {"rows": rows, "level": CORRELATION_LEVEL,
+            "rho_predicted_measured": rho("gap_predicted", "gap_measured"),
+            "rho_depth_predicted_measured": rho("depth_predicted", "depth_measured"),
+            **{f"rho_{which}_{d}": rho(f"gap_{which}", f"paper_{d}")
+               for which in ("predicted", "measured") for d in ("mnist", "cifar10")},
+            **{f"rho_depth_{which}_{d}": rho(f"depth_{which}", f"paper_{d}")
+               for which in ("predicted", "measured") for d in ("mnist", "cifar10")}}
+
+
+def correlation_frame(payload: Mapping[str, Any]):
+    """The table of :func:`correlation_summary`."""
+    import pandas as pd
+
+    summary = correlation_summary(payload)
+    level = summary["level"]
+    frame = pd.DataFrame.from_records([
+        {"activation": label, f"depth to c = {level:g}, map": row["depth_predicted"],
+         f"depth to c = {level:g}, measured": row["depth_measured"],
+         "1 - c at the last layer, map": row["gap_predicted"], "1 - c at the last layer, measured": row["gap_measured"],
+         "paper: MNIST train % (Table 2)": row["paper_mnist"], "paper: CIFAR-10 train % (Table 2)": row["paper_cifar10"]}
+        for label, row in summary["rows"].items()]).set_index("activation")
+    return frame.style.format({c: "{:.3g}" for c in frame.columns})
+
+
+def plot_correlation(payload: Mapping[str, Any]):
+    """``1 - c`` against depth: measured mean cosine similarity (markers) and the iterated
+    correlation map (lines), per GPN activation."""
+    corr = payload["correlation"]
+    fig, ax = style.subplots(figsize=(10, 4))
+    for index, (label, row) in enumerate(corr["per"].items()):
+        color = f"C{index}"
+        layers = np.arange(len(row["measured"]))
+        ax.loglog(layers[1:], 1 - np.asarray(row["predicted"][1:]), "-", color=color, label=f"{label}: map")
+        ax.loglog(layers[1:], 1 - np.asarray(row["measured"][1:]), "o", ms=3, mfc="none", color=color,
+                  label=f"{label}: measured")
+    ax.set_xlabel("layer $l$")
+    ax.set_ylabel("$1 - c^{(l)}$")
+    ax.set_title(f"mean cosine similarity of {corr['samples']} Gaussian inputs (all pairs), width {corr['width']}")
+    ax.grid(True, which="major", alpha=0.3)
+    fig.tight_layout()
+    style.legend_below(fig, ncol=4)
     return fig
