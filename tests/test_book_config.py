@@ -37,8 +37,10 @@ def test_repository_url_is_set_once_and_used_everywhere():
     assert project["urls"]["Homepage"] == url
     pages = chapters() + [ROOT / "book" / "claims.md"]
     for page in pages:
-        installs = re.findall(r'%pip install -q "gmp\[notebook\] @ git\+(\S+?)@main"', page.read_text())
-        assert installs == [url], f"{page.name}: its Colab install cell must install gmp[notebook] from {url}@main"
+        text = page.read_text()
+        clones = re.findall(r"!git clone -q --depth 1 (\S+) gmp-book\n", text)
+        assert clones == [url], f"{page.name}: its Colab install cell must clone {url} into gmp-book"
+        assert '%pip install -q "./gmp-book[notebook]"' in text, f"{page.name}: the cell must install gmp[notebook]"
 
 
 BUILD_TOOLCHAIN = ("jupyter-book", "sphinx", "myst-nb", "myst-parser", "jupytext", "papermill", "jupyter-cache")

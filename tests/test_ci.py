@@ -74,3 +74,13 @@ def test_pages_workflow_builds_with_the_readme_command_and_deploys_the_html():
     assert 'GMP_DATA="$HOME/.cache/gmp"' in data
     caches = [s["with"]["path"] for s in build if s.get("uses", "").startswith("actions/cache@")]
     assert "~/.cache/gmp" in caches, "the data cache is where GMP_DATA points"
+
+
+def test_reader_job_runs_the_browser_test_and_keeps_its_screenshots():
+    job = yaml.safe_load(WORKFLOW.read_text())["jobs"]["reader"]
+    commands = " && ".join(s["run"] for s in job["steps"] if "run" in s)
+    assert "make chromium" in commands and "tests/test_book.py" in commands
+    from test_book import SCREENSHOTS
+    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["if"] == "always()", "the screenshots of a failing run are the ones a reader needs"
+    assert (ROOT / upload["with"]["path"]).resolve() == SCREENSHOTS.resolve()

@@ -1,6 +1,7 @@
 """Every chapter as Colab runs it: a clean Python with only torch and a Jupyter kernel runs the
-notebook's own install cell (``gmp[notebook]``, from a snapshot of this repository in place of
-GitHub) and then the whole chapter at smoke scale, in a folder with no repository around it.
+notebook's own install cell (it clones a snapshot of this repository in place of GitHub's and
+installs ``gmp[notebook]`` from the clone) and then the whole chapter at smoke scale, in a folder
+with no repository around it, reading the clone's committed results.
 
 Slow: the runtime (torch, torchvision, ipykernel, papermill) is installed once per session into a
 fresh virtual environment without system site packages; ``GMP_COLAB_VENV=<folder>`` keeps it there
@@ -98,15 +99,24 @@ def test_chapter_installs_gmp_notebook_and_runs_in_a_colab_like_runtime(page: Pa
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     notebook = nbformat.read(page.with_suffix(".ipynb"), as_version=4)
     install = next(c for c in notebook.cells if c.cell_type == "code")
-    source = f"git+{url}@main"
-    assert source in install.source, f"{page.name}: the first code cell does not install from {source}"
-    # "localhost": pip before 24 rejects a git+file URL without a host.
-    install.source = install.source.replace(source, f"git+file://localhost{colab.repo}@main")
+    source = f"!git clone -q --depth 1 {url} gmp-book"
+    assert source in install.source, f"{page.name}: the first code cell does not clone {url}"
+    install.source = install.source.replace(source, f"!git clone -q --depth 1 file://{colab.repo} gmp-book")
+    # Where the chapter read its results from: the clone's committed ones, as on Colab.
+    notebook.cells.append(nbformat.v4.new_code_cell("import gmp.results\nprint('RESULTS', gmp.results.results_root())"))
     nbformat.write(notebook, tmp_path / f"{page.stem}.ipynb")
 
+    # Colab gives each notebook a fresh runtime: gmp is not installed yet, whichever chapter ran before.
+    uninstalled = colab.run(colab.python, "-m", "pip", "uninstall", "-y", "-q", "gmp")
+    assert uninstalled.returncode == 0, uninstalled.stderr[-3000:]
     done = colab.run(colab.python, "-m", "papermill", f"{page.stem}.ipynb", "executed.ipynb", "-k", KERNEL,
                      "-p", "SCALE", "smoke", "--cwd", tmp_path, "--no-progress-bar", cwd=tmp_path)
     assert done.returncode == 0, f"{page.stem} failed in the Colab-like runtime:\n{done.stderr[-5000:]}"
+    outputs = nbformat.read(tmp_path / "executed.ipynb", as_version=4).cells[-1].outputs
+    printed = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
+    clone = tmp_path / "gmp-book" / "book" / "_results"
+    assert printed.strip() == f"RESULTS {clone}", f"{page.stem} did not read the clone's results {clone}: {printed}"
+    assert (clone / "chen_levy" / "paper").is_dir(), "the clone lacks the committed paper-scale results"
 
     where = colab.check("import gmp, torch; print(gmp.__file__); print(torch.__version__)").splitlines()
     assert Path(where[0]).is_relative_to(colab.venv), f"gmp was imported from {where[0]}, not installed by the cell"
