@@ -201,6 +201,21 @@ def table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: str)
                 + f"</tr></thead><tbody>{body}</tbody></table>")
 
 
+STALL_MAE = 0.3
+"""A fit whose best training MAE stays above this has stalled (the noise's MAE is about 0.08;
+the paper-scale GmP fits end either below 0.15 or near 0.5)."""
+
+
+def stalled(payload: Mapping[str, Any], method: str = "GmP", threshold: float = STALL_MAE) -> str:
+    """The runs of ``method`` whose best training MAE stays above ``threshold``, in words, with
+    the learning rate the plateau schedule had left them at the end."""
+    runs = payload["runs"][method]
+    found = [(s, r) for s, r in runs.items() if r["best_train_mae"] is not None and r["best_train_mae"] > threshold]
+    listed = "; ".join(f"seed {s}: best training MAE {r['best_train_mae']:.3f}, final learning rate "
+                       f"{r['final_lr']:.0e}, test RMSE {r['test_rmse']:.3f}" for s, r in found)
+    return f"{len(found)} of {len(runs)} ({listed or 'none'})"
+
+
 def chance_rmse() -> float:
     """The test RMSE of predicting the mean of the test targets (the noiseless grid -10, -9.9,
     ..., 10): what a diverged run counts as in the claims."""
