@@ -214,3 +214,18 @@ def test_levy_arms_compare_gmp_and_the_others_at_the_rate_named():
     # GmP at 0.01 is set far worse than the others: not reproduced there; at 0.1 the others are far worse.
     assert _claim(chen_levy_arms, "chen-levy-rmse-lr001").evaluate(payload)[1] == NOT_REPRODUCED
     assert _claim(chen_levy_arms, "chen-levy-rmse-lr01").evaluate(payload)[1] == REPRODUCED
+
+
+def test_levy_unit_activity_counts_dead_and_linear_units_on_the_data():
+    import torch
+
+    from gmp.experiments import chen_levy
+
+    model = torch.nn.Sequential(torch.nn.Linear(1, 3, dtype=torch.float64), torch.nn.ReLU(),
+                                torch.nn.Linear(3, 1, dtype=torch.float64))
+    with torch.no_grad():  # on x in [-1, 1]: unit 0 never on, unit 1 always on, unit 2 switches at 0
+        model[0].weight.copy_(torch.tensor([[1.0], [1.0], [1.0]]))
+        model[0].bias.copy_(torch.tensor([-5.0, 5.0, 0.0]))
+    x = torch.linspace(-1, 1, 11, dtype=torch.float64).reshape(-1, 1)
+    assert chen_levy.unit_activity(model, x) == {"dead": 1, "linear": 1}
+    assert model.training  # the mode is restored

@@ -103,21 +103,22 @@ def train_one(cfg: Config, method: str, seed: int, device: torch.device | str = 
         "spectrum": [[None if not math.isfinite(v) else float(v) for v in phi[i]] for i in rows],
         "pred_init": pred_init,
         "pred_final": predict(model, x_test).reshape(-1).cpu().tolist(),
-        "dead_units": dead_units(model, data.x_train),
+        "units": unit_activity(model, data.x_train),
     }
 
 
-def dead_units(model: torch.nn.Sequential, x: torch.Tensor) -> int:
+def unit_activity(model: torch.nn.Sequential, x: torch.Tensor) -> dict[str, int]:
     """How many hidden units of ``model`` (every module but the output layer, in evaluation mode)
-    output zero on every input of ``x``: units that neither fit nor receive a gradient through
-    the data, so no schedule can revive them."""
+    output zero on every input of ``x`` (``dead``: no gradient reaches them through the data, so
+    no step revives them) and how many are active on every input (``linear``: on the data they
+    add no kink, only a straight line)."""
     was_training = model.training
     model.eval()
     with torch.no_grad():
         parameter = next(model.parameters())
         hidden = model[:-1](x.to(device=parameter.device, dtype=parameter.dtype))
     model.train(was_training)
-    return int((hidden == 0).all(dim=0).sum())
+    return {"dead": int((hidden == 0).all(dim=0).sum()), "linear": int((hidden != 0).all(dim=0).sum())}
 
 
 def run(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"

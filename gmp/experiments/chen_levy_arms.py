@@ -46,11 +46,6 @@ the chapter's GmP setting for its diagnostics."""
 
 CONFIG = scaled(**{scale: {**chen_levy.CONFIG[scale], "arms": ARMS} for scale in SCALES})
 
-RECORD_KEYS = ("test_rmse", "max_move", "epochs", "best_epoch", "final_lr", "diverged", "diverged_epoch",
-               "best_train_mae", "dead_units")
-"""What each run keeps (the chapter's per-seed summary, with the units that end dead)."""
-
-
 def arm_config(cfg: Config, arm: Mapping[str, Any]) -> Config:
     """The chapter's config of ``cfg`` with the arm's learning rate for its method and its GmP init."""
     values = {k: v for k, v in cfg.items() if k != "arms"}
@@ -66,7 +61,7 @@ def record(run: Mapping[str, Any]) -> dict[str, Any]:
             "epochs": len(h["train_loss"]), "best_epoch": h["best_epoch"],
             "final_lr": h["lr"][-1] if h["lr"] else None, "diverged": h["diverged"],
             "diverged_epoch": h["diverged_epoch"], "best_train_mae": h["best_value"],
-            "dead_units": run["dead_units"], "lr": run["lr"]}
+            "dead_units": run["units"]["dead"], "linear_units": run["units"]["linear"], "lr": run["lr"]}
 
 
 def run_arms(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
@@ -204,13 +199,15 @@ def table(payload: Mapping[str, Any]):
     for name, method, lr, init, runs in groups:
         values = list(runs.values())
         dead = [r.get("dead_units") for r in values]
+        linear = [r.get("linear_units") for r in values]
         rows.append([name, method, f"{lr:g}", init if method == "GmP" else "glorot",
                      _fmt([r["test_rmse"] for r in values], ".3f"), _fmt([r["max_move"] for r in values], ".3g"),
                      _fmt([r["best_train_mae"] for r in values], ".3f"),
                      _fmt([r["final_lr"] for r in values], ".2g"),
-                     "not recorded" if any(d is None for d in dead) else _fmt(dead, ".1f")])
+                     "not recorded" if any(d is None for d in dead) else _fmt(dead, ".1f"),
+                     "not recorded" if any(d is None for d in linear) else _fmt(linear, ".1f")])
     head = ["Runs", "Method", "Learning rate", "GmP init", "Test RMSE", "Largest move", "Best training MAE",
-            "Final learning rate", "Dead units (of 100)"]
+            "Final learning rate", "Dead units (of 100)", "Units active on every training input"]
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return HTML('<table class="table"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
                 + f"</tr></thead><tbody>{body}</tbody></table>")
@@ -229,5 +226,7 @@ def stalls(payload: Mapping[str, Any], arm: str = "GmP rerun", threshold: float 
             "stalled_dead": [stalled[s]["dead_units"] for s in sorted(stalled, key=int)],
             "stalled_mae": [stalled[s]["best_train_mae"] for s in sorted(stalled, key=int)],
             "stalled_final_lr": [stalled[s]["final_lr"] for s in sorted(stalled, key=int)],
+            "stalled_linear": [stalled[s].get("linear_units") for s in sorted(stalled, key=int)],
             "other_dead": [r["dead_units"] for s, r in runs.items() if s not in stalled],
+            "other_linear": [r.get("linear_units") for s, r in runs.items() if s not in stalled],
             "largest_rmse_gap_to_reference": max(gaps) if gaps else None}
