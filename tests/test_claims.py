@@ -229,3 +229,21 @@ def test_levy_unit_activity_counts_dead_and_linear_units_on_the_data():
     x = torch.linspace(-1, 1, 11, dtype=torch.float64).reshape(-1, 1)
     assert chen_levy.unit_activity(model, x) == {"dead": 1, "linear": 1}
     assert model.training  # the mode is restored
+
+
+def test_uci_arms_swap_only_the_methods_their_arms_name():
+    from gmp.experiments import chen_uci_arms
+
+    table1 = json.loads((RESULTS / "chen_uci" / "paper" / "table1.json").read_text())
+    ref = [r for r in table1["runs"] if r["protocol"] == "clean" and r["dataset"] in ("boston", "yacht")]
+    arms = {name: [dict(r, test_rmse=0.01) for r in ref if r["method"] == arm["method"]]
+            for name, arm in chen_uci_arms.ARMS.items()}
+    payload = {"arm_settings": chen_uci_arms.ARMS, "arms": arms, "reference": {"runs": ref},
+               "target_std": table1["target_std"]}
+    low = chen_uci_arms.comparison(payload, chen_uci_arms.COMPARISONS["lr 0.01"])
+    assert {(r["method"], r["test_rmse"] == 0.01) for r in low["runs"]} == {
+        ("SP", False), ("WN", False), ("BN", False), ("GmP", True)}
+    assert len(low["runs"]) == len(ref)
+    claim = _claim(chen_uci_arms, "chen-uci-gmp-best-lr-001")
+    assert claim.evaluate(payload)[1] == REPRODUCED  # GmP's arm far better on both data sets
+    assert _claim(chen_uci_arms, "chen-uci-gmp-best-lr-01").evaluate(payload)[1] == NOT_REPRODUCED  # the others'
