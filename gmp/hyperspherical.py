@@ -140,7 +140,7 @@ def angles_to_unit(theta: torch.Tensor) -> torch.Tensor:
     return unit.reshape(*theta.shape[:-1], theta.shape[-1] + 1)
 
 
-def unit_to_angles(u: torch.Tensor) -> torch.Tensor:
+def unit_to_angles(u: torch.Tensor, half_sphere: bool = False) -> torch.Tensor:
     """Hyperspherical angles of nonzero vectors: the exact inverse of :func:`angles_to_unit`.
 
     ``theta_i = atan2(||u_{i+1:n}||, u_i)`` in [0, pi] for ``i < n - 1``, and
@@ -150,9 +150,14 @@ def unit_to_angles(u: torch.Tensor) -> torch.Tensor:
 
     Args:
         u: vectors of shape ``(..., n)`` with ``n >= 2``, none of them zero.
+        half_sphere: reproduce the official code's inverse instead, whose last angle
+            ``atan2(|u_n|, u_{n-1})`` lies in [0, pi]: it maps ``u`` to the direction of
+            ``(u_1, ..., u_{n-1}, |u_n|)``, so every direction lands in the half-sphere
+            ``u_n >= 0`` (the quirk the book measures; never use it otherwise).
 
     Returns:
-        Angles of shape ``(..., n - 1)`` with ``angles_to_unit(theta) == u / ||u||``.
+        Angles of shape ``(..., n - 1)`` with ``angles_to_unit(theta) == u / ||u||``
+        (with ``|u_n|`` in place of ``u_n`` when ``half_sphere``).
     """
     _check_floating(u, "u")
     n = u.shape[-1]
@@ -166,7 +171,8 @@ def unit_to_angles(u: torch.Tensor) -> torch.Tensor:
     v = u / scale
     tail_norms = (v[..., 1:] ** 2).flip(-1).cumsum(-1).flip(-1).sqrt()
     theta = torch.atan2(tail_norms, v[..., :-1])
-    theta[..., -1] = torch.atan2(v[..., -1] + 0.0, v[..., -2])  # + 0.0 maps -0.0 to 0.0: angle pi, not -pi
+    last = v[..., -1].abs() if half_sphere else v[..., -1]
+    theta[..., -1] = torch.atan2(last + 0.0, v[..., -2])  # + 0.0 maps -0.0 to 0.0: angle pi, not -pi
     return theta
 
 

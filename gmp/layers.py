@@ -23,6 +23,10 @@ __all__ = ["GmPLinear", "MeanNorm", "convert", "INITS"]
 INITS: tuple[str, ...] = ("uniform", "glorot")
 """The GmP initialisations, "uniform" (paper text, Sec. 3.3) and "glorot" (official code)."""
 
+LINEAR_INITS: tuple[str, ...] = INITS + ("glorot_half",)
+"""The initialisations of :class:`GmPLinear`: :data:`INITS` and "glorot_half", the official
+conversion with the official inverse map's half-sphere quirk (every ``u_n >= 0``)."""
+
 
 def identity(s: torch.Tensor) -> torch.Tensor:
     """The activation of a GmP unit without a nonlinearity: ``s`` itself (a named function,
@@ -123,7 +127,10 @@ class GmPLinear(nn.Module):
             always applied as given, whatever its name).
         init: "uniform" (paper text, Sec. 3.3: directions uniform on the sphere,
             ``lam = 0``, ``r = 1``) or "glorot" (official code: a Glorot-uniform weight
-            ``w`` with zero bias converted, so ``r = ||w||``, ``lam = 0``).
+            ``w`` with zero bias converted, so ``r = ||w||``, ``lam = 0``), or "glorot_half"
+            (the same Glorot draw converted as the official code's inverse map does, which
+            replaces ``u_n`` by ``|u_n|``: a quirk kept only to measure its effect; with one
+            input there is no angle and the sign is kept, as in the official 1-D code).
         mean_norm: put a :class:`MeanNorm` on the input (Eq. (11)); its mean is taken over
             every leading axis of an input ``(..., in)``, as ``nn.Linear`` accepts any.
 
@@ -140,8 +147,8 @@ class GmPLinear(nn.Module):
             raise ValueError(f"in_features must be an int >= 1, got {in_features!r}")
         if not isinstance(out_features, int) or out_features < 1:
             raise ValueError(f"out_features must be an int >= 1, got {out_features!r}")
-        if init not in INITS:
-            raise ValueError(f"unknown init {init!r}: expected one of {', '.join(INITS)}")
+        if init not in LINEAR_INITS:
+            raise ValueError(f"unknown init {init!r}: expected one of {', '.join(LINEAR_INITS)}")
         if isinstance(activation, str):
             if activation not in ACTIVATIONS:
                 raise ValueError(f"unknown activation {activation!r}: expected one of "
@@ -176,17 +183,20 @@ class GmPLinear(nn.Module):
                 bound = math.sqrt(6.0 / (self.in_features + self.out_features))
                 w = torch.empty(self.out_features, self.in_features, dtype=p.dtype, device=p.device)
                 nn.init.uniform_(w, -bound, bound)
-            self.set_weight(w, torch.zeros(self.out_features, dtype=p.dtype, device=p.device))
+            self.set_weight(w, torch.zeros(self.out_features, dtype=p.dtype, device=p.device),
+                            half_sphere=self.init == "glorot_half")
             if self.init == "uniform":
                 self.r.fill_(1.0)
 
     @torch.no_grad()
-    def set_weight(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    def set_weight(self, weight: torch.Tensor, bias: torch.Tensor | None = None, half_sphere: bool = False) -> None:
         """Set ``r = ||w||``, ``lam = b / ||w||`` and ``theta`` from ``w / ||w||`` (Eq. (5)).
 
         Afterwards ``r * act(u . x + lam) == act(w . x + b)`` for a positively homogeneous
         ``act`` such as ReLU. Every row of ``weight`` must be nonzero and finite
-        (see ``polar``).
+        (see ``polar``). ``half_sphere`` converts the angles as the official code does
+        (``unit_to_angles(..., half_sphere=True)``), so the identity then holds only for
+        rows whose last weight is >= 0; with one input it changes nothing.
         """
         if weight.shape != (self.out_features, self.in_features):
             raise ValueError(f"weight must have shape ({self.out_features}, {self.in_features}), "
@@ -197,7 +207,7 @@ class GmPLinear(nn.Module):
         if self.theta is None:
             self.sign.copy_(direction)
         else:
-            self.theta.copy_(unit_to_angles(direction))
+            self.theta.copy_(unit_to_angles(direction, half_sphere=half_sphere))
         self.r.copy_(norms)
         self.lam.copy_(lam)
 

@@ -49,6 +49,15 @@ def test_negative_last_coordinate_is_kept():
     assert torch.allclose(gmp.angles_to_unit(theta), u / u.norm(dim=-1, keepdim=True), atol=1e-14)
 
 
+def test_half_sphere_inverse_folds_the_last_coordinate_as_the_official_code():
+    u = torch.tensor([[0.3, -0.4, -0.5], [0.0, 0.0, -1.0], [1.0, -1e-3, -2.0], [0.2, 0.5, 0.7]], dtype=torch.float64)
+    theta = gmp.unit_to_angles(u, half_sphere=True)
+    folded = torch.cat([u[:, :-1], u[:, -1:].abs()], dim=-1)
+    assert (theta[:, -1] >= 0).all() and (theta[:, -1] <= math.pi).all()
+    assert torch.allclose(gmp.angles_to_unit(theta), folded / folded.norm(dim=-1, keepdim=True), atol=1e-14)
+    assert torch.equal(theta[-1], gmp.unit_to_angles(u[-1:])[0])  # u_n >= 0: both inverses agree
+
+
 def test_axis_vectors_and_angle_ranges():
     n = 6
     eye = torch.cat([torch.eye(n), -torch.eye(n)]).double()

@@ -53,6 +53,31 @@ def test_glorot_init_equals_a_glorot_layer():
     assert torch.equal(layer.lam.detach(), torch.zeros(200, dtype=torch.float64))
 
 
+def test_glorot_half_converts_the_same_draw_into_the_half_sphere():
+    torch.manual_seed(0)
+    exact = gmp.GmPLinear(4, 2000, init="glorot", dtype=torch.float64)
+    torch.manual_seed(0)
+    half = gmp.GmPLinear(4, 2000, init="glorot_half", dtype=torch.float64)
+    u, v = exact.direction.detach(), half.direction.detach()
+    assert 0.45 < (u[:, -1] < 0).double().mean() < 0.55  # the exact conversion keeps the Glorot signs
+    assert (v[:, -1] >= 0).all()
+    assert torch.allclose(v, torch.cat([u[:, :-1], u[:, -1:].abs()], dim=-1), atol=1e-14)
+    assert torch.equal(half.r, exact.r) and torch.equal(half.lam, exact.lam)
+
+
+def test_mlp_glorot_half_changes_only_the_gmp_directions():
+    torch.manual_seed(3)
+    exact = gmp.mlp([3, 50, 1], param="gmp", dtype=torch.float64)
+    torch.manual_seed(3)
+    half = gmp.mlp([3, 50, 1], param="gmp", dtype=torch.float64, init="glorot_half")
+    assert torch.equal(exact[-1].weight, half[-1].weight)
+    flipped = exact[0].direction[:, -1] < 0
+    assert flipped.any()
+    assert torch.allclose(half[0].direction[:, -1], exact[0].direction[:, -1].abs(), atol=1e-14)
+    with pytest.raises(ValueError, match="GmP layers only"):
+        gmp.mlp([3, 5, 1], param="sp", init="glorot_half")
+
+
 def test_one_input_has_fixed_sign_direction():
     torch.manual_seed(0)
     layer = gmp.GmPLinear(1, 50, init="glorot", dtype=torch.float64)

@@ -104,7 +104,22 @@ def train_one(cfg: Config, method: str, seed: int, device: torch.device | str = 
         "spectrum": [[None if not math.isfinite(v) else float(v) for v in phi[i]] for i in rows],
         "pred_init": pred_init,
         "pred_final": predict(model, x_test).reshape(-1).cpu().tolist(),
+        "units": unit_activity(model, data.x_train),
     }
+
+
+def unit_activity(model: torch.nn.Sequential, x: torch.Tensor) -> dict[str, int]:
+    """How many hidden units of ``model`` (every module but the output layer, in evaluation mode)
+    output zero on every input of ``x`` (``dead``: no gradient reaches them through the data, so
+    no step revives them) and how many are active on every input (``linear``: on the data they
+    add no kink, only a straight line)."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        parameter = next(model.parameters())
+        hidden = model[:-1](x.to(device=parameter.device, dtype=parameter.dtype))
+    model.train(was_training)
+    return {"dead": int((hidden == 0).all(dim=0).sum()), "linear": int((hidden != 0).all(dim=0).sum())}
 
 
 def run(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
@@ -188,6 +203,21 @@ def table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: str)
                 + f"</tr></thead><tbody>{body}</tbody></table>")
 
 
+STALL_MAE = 0.3
+"""A fit whose best training MAE stays above this has stalled (the noise's MAE is about 0.08;
+the paper-scale GmP fits end either below 0.15 or near 0.5)."""
+
+
+def stalled(payload: Mapping[str, Any], method: str = "GmP", threshold: float = STALL_MAE) -> str:
+    """The runs of ``method`` whose best training MAE stays above ``threshold``, in words, with
+    the learning rate the plateau schedule had left them at the end."""
+    runs = payload["runs"][method]
+    found = [(s, r) for s, r in runs.items() if r["best_train_mae"] is not None and r["best_train_mae"] > threshold]
+    listed = "; ".join(f"seed {s}: best training MAE {r['best_train_mae']:.3f}, final learning rate "
+                       f"{r['final_lr']:.0e}, test RMSE {r['test_rmse']:.3f}" for s, r in found)
+    return f"{len(found)} of {len(runs)} ({listed or 'none'})"
+
+
 def chance_rmse() -> float:
     """The test RMSE of predicting the mean of the test targets (the noiseless grid -10, -9.9,
     ..., 10): what a diverged run counts as in the claims."""
@@ -236,7 +266,7 @@ def _gmp_best_rmse(payload: Mapping[str, Any]) -> tuple[str, str]:
                       for m, d in diverged.items() if d))
     if all(high < 0 for _, _, high in intervals.values()):
         return text, REPRODUCED
-    if all(means["GmP"] < means[m] for m in others):
+    if all(means["GmP"] < means[m] for m in others) and 2 * wins > len(seeds):
         return text, PARTLY
     return text, NOT_REPRODUCED
 
@@ -260,8 +290,9 @@ CLAIMS = [
           rule="GmP's test RMSE minus each other method's, paired by seed (same data, same initial weights), "
                "with its 95% Student-t interval over the seeds; a diverged run counts as chance, the RMSE of "
                "predicting the test targets' mean. Reproduced if all three intervals lie below 0 (GmP better "
-               "beyond noise); partly if GmP has the lowest mean test RMSE but not beyond noise; else not "
-               "reproduced",
+               "beyond noise); partly if GmP has the lowest mean test RMSE, not beyond noise, and the lowest "
+               "RMSE of the four in a majority of the seeds (a lower mean carried by a minority of seeds is one "
+               "or two runs of the others gone wrong, not GmP fitting better); else not reproduced",
           check=_gmp_best_rmse),
 ]
 

@@ -33,7 +33,7 @@ __all__ = ["mlp", "PARAMS", "MLP_INITS"]
 #: The parameterizations :func:`mlp` builds.
 PARAMS: tuple[str, ...] = ("sp", "wn", "bn", "wn_mbn", "gmp", "gmp_mn")
 #: The initialisations of the GmP layers :func:`mlp` builds.
-MLP_INITS: tuple[str, ...] = ("glorot", "uniform")
+MLP_INITS: tuple[str, ...] = ("glorot", "uniform", "glorot_half")
 _ACTIVATIONS = {"relu": nn.ReLU, "identity": nn.Identity}
 
 
@@ -55,7 +55,8 @@ def mlp(sizes: Sequence[int], param: str = "sp", activation: str = "relu",
         dtype: parameter dtype (e.g. ``torch.float64`` for the regression tasks).
         init: "glorot" (official code: GmP layers convert a Glorot weight, ``r = ||w||``,
             ``lam = 0``) or "uniform" (GmP only, paper text Sec. 3.3: uniform directions,
-            ``lam = 0``, ``r = 1``).
+            ``lam = 0``, ``r = 1``) or "glorot_half" (GmP only: the Glorot conversion with
+            the official inverse map's half-sphere quirk, see :class:`gmp.GmPLinear`).
 
     Returns:
         An ``nn.Sequential`` whose last module is the output layer (no activation).
@@ -66,8 +67,8 @@ def mlp(sizes: Sequence[int], param: str = "sp", activation: str = "relu",
         raise ValueError(f"unknown activation {activation!r}: expected one of {', '.join(_ACTIVATIONS)}")
     if init not in MLP_INITS:
         raise ValueError(f"unknown init {init!r}: expected one of {', '.join(MLP_INITS)}")
-    if init == "uniform" and param not in ("gmp", "gmp_mn"):
-        raise ValueError(f"init='uniform' applies to GmP layers only (param 'gmp' or 'gmp_mn'), got param {param!r}")
+    if init != "glorot" and param not in ("gmp", "gmp_mn"):
+        raise ValueError(f"init={init!r} applies to GmP layers only (param 'gmp' or 'gmp_mn'), got param {param!r}")
     sizes = list(sizes)
     if len(sizes) < 2 or not all(isinstance(s, int) and s >= 1 for s in sizes):
         raise ValueError(f"sizes must be at least two ints >= 1 ([in, hidden..., out]), got {sizes!r}")
