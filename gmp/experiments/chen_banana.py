@@ -159,6 +159,31 @@ def rebuild(cfg: Config, result: Mapping[str, Any]) -> torch.nn.Module:
     return model.eval()
 
 
+STATE_PREFIX = "state_"
+"""Names of the arrays of :func:`state_arrays`: ``state_<method>_<parameter>``, e.g.
+``state_GmP_0.theta`` (the method names hold no underscore)."""
+
+
+def state_arrays(results: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """The trained states of results of :func:`train_one`, keyed by method, as flat float64
+    arrays named ``state_<method>_<parameter>`` (a result's ``"state"``: the floating-point
+    entries of the network's ``state_dict``), for the arrays of a saved result.
+    :func:`networks_from_arrays` is the inverse."""
+    return {f"{STATE_PREFIX}{method}_{name}": np.asarray(values, dtype=np.float64)
+            for method, result in results.items() for name, values in result["state"].items()}
+
+
+def networks_from_arrays(cfg: Config, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.nn.Module]:
+    """The trained network of each method whose state ``arrays`` hold (see :func:`state_arrays`);
+    an empty dict when they hold none (a cache saved before the states were kept)."""
+    states: dict[str, dict[str, np.ndarray]] = {}
+    for key, values in arrays.items():
+        if key.startswith(STATE_PREFIX):
+            method, name = key[len(STATE_PREFIX):].split("_", 1)
+            states.setdefault(method, {})[name] = values
+    return {method: rebuild(cfg, {"method": method, "state": state}) for method, state in states.items()}
+
+
 def summary(cfg: Config, runs: Mapping[str, Mapping[str, Any]], seeds: Sequence[int]) -> dict[str, Any]:
     """Numbers behind the tables and claims (payload of the result ``fig3``):
     ``results[protocol][method][lr][seed]`` with accuracies, moves and stopping epochs."""
