@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gmp.characteristic import CharacteristicTracker
+from gmp.characteristic import CharacteristicTracker, characteristic_points
 from gmp.config import Config, scaled
 from gmp.data.toy import ToyData, banana
 from gmp.models.mlp import mlp
@@ -427,9 +427,10 @@ def plot_trajectories(data: ToyData, paths: Mapping[str, np.ndarray], lrs: Mappi
 
 
 def plot_boundaries(cfg: Config, data: ToyData, models: Mapping[str, torch.nn.Module],
-                    final_points: Mapping[str, np.ndarray], accuracies: Mapping[str, float | None]):
+                    accuracies: Mapping[str, float | None]):
     """Fig. 3 of Chen & Ge, last row: predicted probability of class 1, the decision boundary
-    (black), the test points and the final characteristic points (red stars)."""
+    (black), the test points and the characteristic points (red stars) of the network drawn,
+    the one early stopping restored (not the last epoch's, which a trajectory ends on)."""
     x0, x1, y0, y1 = _view(data)
     gx, gy = np.meshgrid(np.linspace(x0, x1, cfg.boundary_grid), np.linspace(y0, y1, cfg.boundary_grid))
     grid = torch.tensor(np.stack([gx.ravel(), gy.ravel()], axis=1), dtype=torch.float64)
@@ -440,7 +441,7 @@ def plot_boundaries(cfg: Config, data: ToyData, models: Mapping[str, torch.nn.Mo
         ax.contourf(gx, gy, prob, levels=np.linspace(0, 1, 11), cmap="RdBu_r", alpha=0.5)
         ax.contour(gx, gy, prob, levels=[0.5], colors="k", linewidths=2)
         ax.scatter(test[:, 0], test[:, 1], c=labels, cmap="RdBu_r", s=6, edgecolors="k", linewidths=0.2)
-        phi = final_points[method]
+        phi = characteristic_points(model[0], model[1] if method == "BN" else None).cpu().numpy()
         ax.plot(np.clip(phi[:, 0], x0, x1), np.clip(phi[:, 1], y0, y1), "*", ms=9, color="red", mec="k", mew=0.5)
         acc = accuracies[method]
         ax.set(xlim=(x0, x1), ylim=(y0, y1), xlabel="$x_1$", aspect="equal",
