@@ -39,6 +39,7 @@ from gmp.gpn import make_activation
 from gmp.models.deep import DeepMLP, deep_mlp
 from gmp.propagation import gradient_norm_ratio, parameter_gradient_norms
 from gmp.results import NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, Claim
+from gmp.progress import bar
 from gmp.train import accuracy, evaluate, load_checkpoint
 from gmp import style
 
@@ -179,7 +180,7 @@ class Training:
 
     def __init__(self, variant: str, batchnorm: bool, in_features: int, cfg: Mapping[str, Any],
                  device: torch.device | str = "cpu", seed: int = 0):
-        self.cfg, self.device = cfg, torch.device(device)
+        self.cfg, self.device, self.name = cfg, torch.device(device), run_label(variant, batchnorm)
         self.model = build(variant, batchnorm, in_features, cfg, seed).to(self.device)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"], foreach=True)
         self.generator = torch.Generator().manual_seed(seed)
@@ -228,7 +229,7 @@ class Training:
         model.train()
         order = torch.randperm(x.shape[0], generator=self.generator).to(self.device)
         loss_sum, correct, diverged = 0.0, 0, False
-        for begin in range(0, x.shape[0], size):
+        for begin in bar(range(0, x.shape[0], size), desc=f"{self.name} epoch {self.epoch + 1}", leave=False):
             index = order[begin:begin + size]
             xb, yb = x[index], y[index]
             self.opt.zero_grad(set_to_none=True)
