@@ -138,3 +138,47 @@ def test_assemble_says_how_far_an_unfinished_run_got():
     relu = payload["runs"]["digits"]["ReLU"]
     assert relu["epochs_run"] == 2 and not relu["finished"] and relu["train_acc"] == 0.3
     assert relu["drift_max"] == [0.3, 0.3] and "ReLU-BN" not in payload["runs"]["digits"]
+
+
+def _epoch(acc, drift=0.01):
+    return {"diverged": False, "ratio": [2.0], "ratio_steps": [0], "max_grad": [0.1], "steps": 938, "seconds": 1.0,
+            "train_loss": 2.0, "train_acc_running": acc, "test_acc": acc, "drift": [drift] * 200}
+
+
+def test_an_unfinished_run_is_shown_and_judged_at_the_epoch_all_its_networks_reached(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gmp import results
+
+    cfg = gmp.load_config("lu_real", "paper")
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    chance = {"ReLU", "LeakyReLU", "GELU"}
+    units = {}
+    for variant in lu_real.variants(lu_real.ACTIVATIONS):
+        for epoch in (1, 2) if variant != "SELU" else (1,):  # SELU lags: the group stands at epoch 1
+            units[lu_real.epoch_key("mnist", variant, 0, epoch)] = {
+                **_epoch(0.1 if variant in chance else 0.2 + 0.3 * epoch), "epoch": epoch}
+    journal = tmp_path / "lu_real" / "_partial" / f"paper-{cfg.digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text("".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in units.items()))
+
+    payload = lu_real.unfinished(results.cached("lu_real", "runs").units)
+    assert payload["unfinished"] and payload["epochs_reached"]["mnist"] == {"no BN": 1, "BN": 0}
+    assert {r["epochs_run"] for r in payload["runs"]["mnist"].values()} == {1}  # cut to the common epoch
+    assert lu_real.epoch_text(payload, "mnist") == "MNIST, depth 200, epoch 1 of 50 (BN networks not started)"
+    _, title = lu_real.figure_source("mnist", {}, payload, "small")
+    assert title.startswith("MNIST, depth 200, epoch 1 of 50")
+    table = lu_real.table2({"data": {}, "runs": {}}, payload, "small")
+    column = ("Ours, paper scale (unfinished run)", "MNIST, depth 200, epoch 1 of 50 (BN networks not started)", "Train")
+    assert table.loc["ReLU-GPN", column] == "50.00 (—)" and table.loc["ReLU", column] == "10.00 (—)"
+    assert table.loc["ReLU", ("Ours, paper scale (unfinished run)", "CIFAR-10", "Test")] == results.NOT_RUN
+    lu_real.plot_drift(payload["runs"]["mnist"], "drift")
+
+    judged = {claim.key: (measured, verdict) for claim, measured, verdict in results._judged("lu_real")}
+    measured, verdict = judged["lu-real-untrainable"]
+    assert measured.startswith("unfinished run: 3/3") and "epoch 1 of 50" in measured
+    assert verdict == results.PARTLY  # reproduced on MNIST, but CIFAR-10 is not run
+    assert judged["lu-real-gpn-trainable"][0].startswith("unfinished run: 3/3")
+    for key in ("lu-real-bn-explodes", "lu-real-gpn-stable", "lu-real-gpn-train-accuracy"):
+        assert judged[key] == ("—", results.NOT_RUN)  # BN not started; the others wait for the full run

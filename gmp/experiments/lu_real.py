@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from gmp import data as _data
+from gmp import config as _config
 from gmp.config import scaled
 from gmp.gpn import make_activation
 from gmp.models.deep import DeepMLP, deep_mlp
@@ -55,8 +56,8 @@ CONFIG = scaled(
     smoke=dict(data={"mnist": "digits", "cifar10": "mnist1d"}, width=16, depth=8,
                epochs={"digits": 1, "mnist1d": 1}, lr=2e-2, max_train=256, ratio_every=1,
                activations=["ReLU", "GELU"], cost_probe_depth=2, cost_probe_steps=1),
-    small=dict(data={"mnist": "digits", "cifar10": "digits"}, width=64, depth=20,
-               epochs={"digits": 4}, lr=2e-2, max_train=None, ratio_every=1,
+    small=dict(data={"mnist": "mnist", "cifar10": "mnist"}, width=64, depth=20,
+               epochs={"mnist": 3}, lr=2e-2, max_train=2048, ratio_every=1,
                cost_probe_depth=20, cost_probe_steps=3),
     paper=dict(data={"mnist": "mnist", "cifar10": "cifar10"}, width=500, depth=200,
                epochs={"mnist": 50, "cifar10": 100}, lr=1e-4, max_train=None, ratio_every=10,
@@ -382,19 +383,58 @@ def join_curves(payload: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) ->
     return out
 
 
-def figure_source(dataset: str, live: Mapping[str, Any], cached: Mapping[str, Any] | None,
+def figure_source(dataset: str, live: Mapping[str, Any], paper_run: Mapping[str, Any] | None,
                   scale: str) -> tuple[dict[str, Any], str]:
     """The runs a figure of ``dataset`` (mnist or cifar10) shows, and a title saying what
-    they are: the paper-scale cache when it is current, else this build's runs on the data
-    that stood in for ``dataset``."""
-    if cached is not None and dataset in cached["runs"]:
-        return cached["runs"][dataset], (f"{DATASET_LABELS[dataset]}, depth {cached['depth']}, width "
-                                         f"{cached['width']} (paper-scale run, from the cache)")
+    they are: the paper-scale run when it has ``dataset`` (the cache, or an unfinished run:
+    :func:`unfinished`), else this build's runs on the data that stood in for ``dataset``."""
+    if paper_run is not None and dataset in paper_run["runs"]:
+        return paper_run["runs"][dataset], (f"{epoch_text(paper_run, dataset)} (unfinished paper-scale run)"
+                                            if paper_run.get("unfinished") else
+                                            f"{DATASET_LABELS[dataset]}, depth {paper_run['depth']}, width "
+                                            f"{paper_run['width']} (paper-scale run, from the cache)")
     used = live["data"][dataset]
     stand_in = "" if used == dataset else f" standing in for {DATASET_LABELS[dataset]}"
     return live["runs"][used], (f"{DATASET_LABELS[used]}{stand_in}: depth {live['depth']}, width "
                                 f"{live['width']}, {live['epochs'][used]} epoch(s), lr {live['lr']:g} "
                                 f"({scale} scale; paper-scale run not cached)")
+
+
+def unfinished(units: Mapping[str, Any], seed: int = 0) -> dict[str, Any] | None:
+    """The paper-scale payload of an unfinished run from the epochs its journal holds
+    (``units``: key to value, as :attr:`gmp.results.Cached.units`), marked ``"unfinished": True``.
+
+    Every group of networks (per data set, without BN, with BN) is cut to the epoch that all
+    its networks have reached, so that the table and figures compare them at the same epoch
+    (a diverged network ends where it diverged); a group in which some network has no epoch
+    yet is left out. None when no group has one.
+    """
+    cfg = _config.load("lu_real", "paper")
+    reached = assemble(cfg, units, seed)["epochs_reached"]
+    kept = {}
+    for dataset, groups in reached.items():
+        for group, epoch in groups.items():
+            for variant in variants(cfg["activations"]):
+                label = run_label(variant, group == "BN")
+                for e in range(1, epoch + 1):
+                    key = epoch_key(dataset, label, seed, e)
+                    if key in units:
+                        kept[key] = units[key]
+    payload = assemble(cfg, kept, seed)
+    if not payload["runs"]:
+        return None
+    payload["unfinished"] = True
+    return payload
+
+
+def epoch_text(payload: Mapping[str, Any], dataset: str) -> str:
+    """Where the networks of ``dataset`` stand: "MNIST, depth 200, epoch k of 50" (for an
+    unfinished run, the epoch of the networks without BN, and of those with BN when they differ)."""
+    reached, epochs = payload["epochs_reached"][dataset], payload["epochs"][dataset]
+    text = f"{DATASET_LABELS[dataset]}, depth {payload['depth']}, epoch {reached['no BN']} of {epochs}"
+    if reached["BN"] != reached["no BN"]:
+        text += f" ({reached['BN']} with BN)" if reached["BN"] else " (BN networks not started)"
+    return text
 
 
 def schedule(cfg: Mapping[str, Any], seed: int) -> list[tuple[str, str, int]]:
@@ -562,10 +602,11 @@ def _cell(plain: Mapping[str, Any] | None, bn: Mapping[str, Any] | None, key: st
     return f"{one(plain)} ({one(bn)})"
 
 
-def table2(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: str):
+def table2(live: Mapping[str, Any], paper_run: Mapping[str, Any] | None, scale: str):
     """Table 2 of Lu et al. side by side: the paper's accuracies, ours at this build's scale
-    (on the data the build used) and ours at paper scale from the cache (or "not yet run").
-    Cells read "without BN (with BN)", in percent, as in the paper."""
+    (on the data the build used) and ours at paper scale (the cache, or an unfinished run at
+    the epoch it reached, :func:`unfinished`; else "not yet run"). Cells read "without BN
+    (with BN)", in percent, as in the paper."""
     import pandas as pd
 
     rows = {}
@@ -583,15 +624,15 @@ def table2(live: Mapping[str, Any], cached: Mapping[str, Any] | None, scale: str
             for split in ("train", "test"):
                 row[(f"Ours, {scale} scale", name, split.capitalize())] = _cell(
                     runs.get(variant), runs.get(run_label(variant, True)), f"{split}_acc")
+        top = "Ours, paper scale (unfinished run)" if paper_run and paper_run.get("unfinished") else \
+            "Ours, paper scale (cache)"
         for dataset in PAPER_DATASETS:
-            name = DATASET_LABELS[dataset]
+            ran = paper_run is not None and dataset in paper_run["runs"]
+            name = epoch_text(paper_run, dataset) if ran and paper_run.get("unfinished") else DATASET_LABELS[dataset]
             for split in ("train", "test"):
-                if cached is None:
-                    text = NOT_RUN
-                else:
-                    runs = cached["runs"].get(dataset, {})
-                    text = _cell(runs.get(variant), runs.get(run_label(variant, True)), f"{split}_acc")
-                row[("Ours, paper scale (cache)", name, split.capitalize())] = text
+                runs = paper_run["runs"][dataset] if ran else {}
+                text = _cell(runs.get(variant), runs.get(run_label(variant, True)), f"{split}_acc") if ran else NOT_RUN
+                row[(top, name, split.capitalize())] = text
         rows[variant] = row
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.columns = pd.MultiIndex.from_tuples(frame.columns)
@@ -662,10 +703,39 @@ def plot_gradient_ratio(runs: Mapping[str, Any], activations: list[str], title: 
     return fig
 
 
+def plot_drift(runs: Mapping[str, Any], title: str):
+    """How far the row-normalised weights (Eq. (55)) drift from orthogonal during training:
+    left, ``max_l max_ij |W^(l) W^(l)T - I|_ij`` (:func:`gmp.orthogonality_drift`) after each
+    epoch, per network without BN; right, the drift of every layer after the last epoch.
+    At initialisation every ``W`` is exactly orthogonal (drift 0)."""
+    fig, (left, right) = style.subplots(1, 2, figsize=(10, 3.4))
+    for i, activation in enumerate(ACTIVATIONS):
+        for label, line in ((activation, "-"), (f"{activation}-GPN", "--")):
+            result = runs.get(label)
+            if result is None or not any(d is not None for d in result["drift_max"]):
+                continue
+            drift = np.array([np.nan if d is None else d for d in result["drift_max"]])
+            left.plot(np.arange(1, len(drift) + 1), drift, color=f"C{i}", linestyle=line, marker="o", markersize=3,
+                      label=label)
+            last = next(d for d in reversed(result["drift"]) if d is not None)
+            right.plot(np.arange(1, len(last) + 1), last, color=f"C{i}", linestyle=line, linewidth=1)
+    left.set_xlabel("epoch")
+    left.set_ylabel(r"$\max_l \max_{ij} |W W^T - I|_{ij}$")
+    right.set_xlabel("layer $l$")
+    right.set_ylabel(r"$\max_{ij} |W^{(l)} W^{(l)T} - I|_{ij}$ (last epoch)")
+    for ax in (left, right):
+        ax.set_yscale("log")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    style.legend_below(fig)
+    return fig
+
+
 # ---------------------------------------------------------------- claims
 
 def _datasets(payload: Mapping[str, Any]) -> list[str]:
-    return list(dict.fromkeys(payload["data"].values()))
+    """The data sets the payload has runs on (an unfinished run may lack some)."""
+    return [d for d in dict.fromkeys(payload["data"].values()) if d in payload["runs"]]
 
 
 def _on_paper_data(payload: Mapping[str, Any]) -> bool:
@@ -680,6 +750,8 @@ def _cap(verdict: str, payload: Mapping[str, Any]) -> str:
 
 
 def _where(payload: Mapping[str, Any]) -> str:
+    if payload.get("unfinished"):
+        return "; ".join(epoch_text(payload, d) for d in payload["runs"]) + " (unfinished paper-scale run)"
     names = ", ".join(DATASET_LABELS[d] for d in _datasets(payload))
     return f"{names}, depth {payload['depth']}, width {payload['width']}"
 
@@ -797,20 +869,35 @@ def _gpn_stable(payload):
 
 _STAND_IN = (" Runs on stand-in data or at a reduced depth count at most as partly; only MNIST and "
              "CIFAR-10 at depth 200 can reproduce it.")
+_UNFINISHED = (" Before the paper-scale run has finished, it is judged on the epochs that every network "
+               "involved has reached, with the training accuracy of the last of them taken as the running "
+               "mean over its mini-batches; the full 50 epochs may change the verdict, and without "
+               "CIFAR-10 it is at most partly.")
+
+
+def _judged_unfinished(groups: tuple[str, ...]) -> Callable[[Mapping[str, Any]], dict[str, Any] | None]:
+    """The payload an unfinished run's journal gives a claim that needs the networks ``groups``
+    ("no BN", "BN") on MNIST to have reached an epoch; None until they have."""
+    def payload(units: Mapping[str, Any]) -> dict[str, Any] | None:
+        out = unfinished(units)
+        if out is None or "mnist" not in out["runs"]:
+            return None
+        return out if all(out["epochs_reached"]["mnist"][g] > 0 for g in groups) else None
+    return payload
 
 CLAIMS = [
     Claim(key="lu-real-untrainable", paper="lu", result="runs",
           text="Table 2: depth-200 networks with ReLU, LeakyReLU or GELU (no GPN, no BN) are not "
                "trainable on MNIST and CIFAR-10 (accuracy at chance).",
           rule="reproduced if every such run ends with a training accuracy <= 15% (chance is 10%; a diverged "
-               "run counts as chance); partly if some do; else not reproduced." + _STAND_IN,
-          check=_untrainable),
+               "run counts as chance); partly if some do; else not reproduced." + _STAND_IN + _UNFINISHED,
+          check=_untrainable, unfinished=_judged_unfinished(("no BN",))),
     Claim(key="lu-real-gpn-trainable", paper="lu", result="runs",
           text="Table 2: once ReLU, LeakyReLU and GELU are GPN, the depth-200 networks can be trained.",
           rule="reproduced if each GPN version's training accuracy exceeds its plain version's by >= 10 "
                "points on every data set (a diverged run counts as chance, 10%); partly if at least half do; "
-               "else not reproduced." + _STAND_IN,
-          check=_gpn_trainable),
+               "else not reproduced." + _STAND_IN + _UNFINISHED,
+          check=_gpn_trainable, unfinished=_judged_unfinished(("no BN",))),
     Claim(key="lu-real-gpn-train-accuracy", paper="lu", result="runs",
           text="Table 2: GPN activations consistently outperform their unnormalised counterparts in "
                "training accuracy (without BN).",
@@ -826,8 +913,8 @@ CLAIMS = [
           rule="reproduced if, for every activation and GPN version whose ratio without BN is defined "
                "throughout training (no gradient norm of exactly 0), the peak gradient norm ratio (Eq. (56)) "
                "with BN is >= 10 x the peak without BN (a diverged BN run counts as an explosion); partly "
-               "if for at least half; else not reproduced." + _STAND_IN,
-          check=_bn_explodes),
+               "if for at least half; else not reproduced." + _STAND_IN + _UNFINISHED,
+          check=_bn_explodes, unfinished=_judged_unfinished(("no BN", "BN"))),
     Claim(key="lu-real-gpn-stable", paper="lu", result="runs",
           text="Figs. 10-13: without BN, every GPN network keeps a stable gradient magnitude throughout "
                "training.",
