@@ -182,3 +182,12 @@ def test_an_unfinished_run_is_shown_and_judged_at_the_epoch_all_its_networks_rea
     assert judged["lu-real-gpn-trainable"][0].startswith("unfinished run: 3/3")
     for key in ("lu-real-bn-explodes", "lu-real-gpn-stable", "lu-real-gpn-train-accuracy"):
         assert judged[key] == ("—", results.NOT_RUN)  # BN not started; the others wait for the full run
+
+
+def test_progress_says_how_far_the_run_got():
+    units = {lu_real.epoch_key("mnist", v, 0, e): {**_epoch(0.5), "epoch": e, "seconds": 360.0}
+             for v in lu_real.variants(lu_real.ACTIVATIONS) for e in ((1, 2) if v == "Tanh" else (1,))}
+    text = lu_real.progress(units)
+    assert text == ("its journal holds 13 epochs of training (1.3 hours of computing): every MNIST network without BN "
+                    "has finished 1 of 50 epochs, 1 of them 2; the MNIST networks with BN have not started.")
+    assert lu_real.progress({}) == "its journal holds no finished epoch yet."

@@ -427,6 +427,33 @@ def unfinished(units: Mapping[str, Any], seed: int = 0) -> dict[str, Any] | None
     return payload
 
 
+def progress(units: Mapping[str, Any], seed: int = 0) -> str:
+    """A sentence on how far an unfinished paper-scale run has got, from its journalled epochs ``units``."""
+    cfg = _config.load("lu_real", "paper")
+    if not units:
+        return "its journal holds no finished epoch yet."
+    payload = assemble(cfg, units, seed)
+    hours = sum(v["seconds"] for v in units.values()) / 3600
+    parts = []
+    for dataset, reached in payload["epochs_reached"].items():
+        runs = payload["runs"].get(dataset, {})
+        if not runs:
+            continue
+        name, epochs = DATASET_LABELS[dataset], payload["epochs"][dataset]
+        for group in ("no BN", "BN"):
+            done = [r["epochs_run"] for label, r in runs.items() if label.endswith("-BN") == (group == "BN")]
+            if not done:
+                parts.append(f"the {name} networks with BN have not started")
+                continue
+            ahead = max(done) > reached[group]
+            diverged = sum(r["diverged"] for label, r in runs.items() if label.endswith("-BN") == (group == "BN"))
+            parts.append(f"every {name} network {'with' if group == 'BN' else 'without'} BN has finished "
+                         f"{reached[group]} of {epochs} epochs" + (f", {sum(d > reached[group] for d in done)} of "
+                                                                   f"them {max(done)}" if ahead else "")
+                         + (f", {diverged} diverged" if diverged else ""))
+    return f"its journal holds {len(units)} epochs of training ({hours:.1f} hours of computing): " + "; ".join(parts) + "."
+
+
 def epoch_text(payload: Mapping[str, Any], dataset: str) -> str:
     """Where the networks of ``dataset`` stand: "MNIST, depth 200, epoch k of 50" (for an
     unfinished run, the epoch of the networks without BN, and of those with BN when they differ)."""
@@ -656,6 +683,8 @@ def _style(label: str, activation: str) -> tuple[str, str]:
 def plot_test_accuracy(runs: Mapping[str, Any], title: str, activations: list[str] | None = None):
     """Test accuracy (percent) after each epoch, one panel per activation with its GPN and
     BN variants (Figs. 3, 8 and 9 of Lu et al.); a diverged run ends with a cross."""
+    from matplotlib.ticker import MaxNLocator
+
     activations = [a for a in (activations or ACTIVATIONS) if a in runs]
     cols = min(3, len(activations))
     rows = math.ceil(len(activations) / cols)
@@ -670,6 +699,7 @@ def plot_test_accuracy(runs: Mapping[str, Any], title: str, activations: list[st
                 ax.plot(epochs[-1], 10, marker="x", color=color, markersize=8)
         ax.set_title(activation)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(0, 100)
         ax.legend()
     for ax in axes[:, 0]:
@@ -708,6 +738,8 @@ def plot_drift(runs: Mapping[str, Any], title: str):
     left, ``max_l max_ij |W^(l) W^(l)T - I|_ij`` (:func:`gmp.orthogonality_drift`) after each
     epoch, per network without BN; right, the drift of every layer after the last epoch.
     At initialisation every ``W`` is exactly orthogonal (drift 0)."""
+    from matplotlib.ticker import MaxNLocator
+
     fig, (left, right) = style.subplots(1, 2, figsize=(10, 3.4))
     for i, activation in enumerate(ACTIVATIONS):
         for label, line in ((activation, "-"), (f"{activation}-GPN", "--")):
@@ -720,9 +752,10 @@ def plot_drift(runs: Mapping[str, Any], title: str):
             last = next(d for d in reversed(result["drift"]) if d is not None)
             right.plot(np.arange(1, len(last) + 1), last, color=f"C{i}", linestyle=line, linewidth=1)
     left.set_xlabel("epoch")
-    left.set_ylabel(r"$\max_l \max_{ij} |W W^T - I|_{ij}$")
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
+    left.set_ylabel(r"largest $|W W^T - I|$ over layers")
     right.set_xlabel("layer $l$")
-    right.set_ylabel(r"$\max_{ij} |W^{(l)} W^{(l)T} - I|_{ij}$ (last epoch)")
+    right.set_ylabel(r"largest $|W W^T - I|$, last epoch")
     for ax in (left, right):
         ax.set_yscale("log")
     fig.suptitle(title, fontsize=10)
