@@ -187,7 +187,7 @@ class Cached:
         if self.status == "absent" and self.journalled:
             return (f"Not finished at {self.scale} scale: an unfinished run with the current config has journalled "
                     f"{self.journalled} finished units{_units_code_text(self.units_code)}, and {command} resumes "
-                    f"from them. No claim is judged on them.")
+                    f"from them. A claim is judged on them only where its rule says so.")
         if self.status == "absent":
             return f"Not yet run at {self.scale} scale: run {command}."
         if self.status == "corrupt":
