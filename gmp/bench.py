@@ -1,5 +1,8 @@
 """Benchmark: the cost of geometric parameterization against a standard ReLU layer.
 
+``python -m gmp.bench --deep`` instead times training steps of the depth-200, width-500 network
+of Lu et al.'s Section 3.2 before and after the fused row-normalised layer (:func:`deep`).
+
 ``python -m gmp.bench --minibatch`` instead times mini-batch Adam updates of the SBSNN figure
 network under its author's protocol (:func:`minibatch`).
 
@@ -137,6 +140,68 @@ def minibatch(stacks: Sequence[int] = (1, 2, 4), width: int = 192, updates: int 
     return rows
 
 
+def deep(depth: int = 200, width: int = 500, batch: int = 64, in_features: int = 784, repeats: int = 5,
+         steps: int = 3, activation: str = "ReLU-GPN", clock: str = "wall", print_fn: Callable[[str], None] = print) -> list[dict[str, float]]:
+    """Training steps (forward, backward, SGD with momentum 0.5) of the network of Section 3.2
+    of Lu et al.: ``in_features -> width``, ``depth`` row-normalised square layers (Eq. (55)),
+    ``width -> 10``, softmax cross-entropy, batch ``batch``.
+
+    Timed in the same run, taking turns: the reference (``nn.Linear`` with the
+    :class:`gmp.models.deep.RowNormalized` parametrization and ``torch.optim.SGD``'s default
+    per-tensor loop), the fused layers (:class:`gmp.models.deep.RowNormalizedLinear`) with the
+    same optimiser, and the fused layers with ``foreach`` SGD (one multi-tensor update; what
+    :mod:`gmp.experiments.lu_real` trains with). Each time is the minimum over ``repeats``
+    of the mean of ``steps`` steps. GFLOP/s counts the square layers' ``6 * batch * width^2``
+    FLOPs per step (forward 2, backward 4); three bare ``batch x width`` by ``width x width``
+    products per layer, timed beside them, are the ceiling of that rate. ``clock`` as in :func:`run`.
+    """
+    from gmp.models.deep import deep_mlp
+
+    if clock not in CLOCKS:
+        raise ValueError(f"unknown clock {clock!r}: expected one of {', '.join(CLOCKS)}")
+    now = CLOCKS[clock]
+    torch.manual_seed(0)
+    x, y = torch.randn(batch, in_features), torch.randint(0, 10, (batch,))
+
+    def network(fused: bool) -> nn.Module:
+        return deep_mlp(width, depth, activation, weights="row_normalized", in_features=in_features,
+                        out_features=10, generator=torch.Generator().manual_seed(0), fused=fused)
+
+    ref, fused = network(False), network(True)
+    setups = {"reference: parametrize + SGD": (ref, torch.optim.SGD(ref.parameters(), lr=1e-4, momentum=0.5)),
+              "fused layer + SGD": (fused, torch.optim.SGD(fused.parameters(), lr=1e-4, momentum=0.5)),
+              "fused layer + foreach SGD": (fused, torch.optim.SGD(fused.parameters(), lr=1e-4, momentum=0.5,
+                                                                   foreach=True))}
+    a, w = torch.randn(batch, width), torch.randn(width, width)
+    flops = 6 * batch * width ** 2 * depth
+    best = dict.fromkeys([*setups, "bare product"], float("inf"))
+    for round_ in range(repeats + 1):  # round 0 warms up
+        for name, (model, opt) in setups.items():
+            start = now()
+            for _ in range(steps):
+                opt.zero_grad(set_to_none=True)
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            if round_:
+                best[name] = min(best[name], (now() - start) / steps)
+        start = now()
+        for _ in range(3 * depth * steps):
+            a @ w
+        if round_:
+            best["bare product"] = min(best["bare product"], (now() - start) / steps)
+    print_fn(f"training step of depth {depth}, width {width}, batch {batch}, {activation}, float32, cpu, torch "
+             f"{torch.__version__}, {torch.get_num_threads()} threads; {clock} clock, min over {repeats} repeats of {steps} steps")
+    print_fn(f"{'what':<30} {'ms/step':>9} {'ms/layer-step':>14} {'GFLOP/s':>8} {'speed-up':>9}")
+    rows = []
+    for name, seconds in best.items():
+        row = {"what": name, "ms_per_step": 1e3 * seconds, "ms_per_layer_step": 1e3 * seconds / depth,
+               "gflops": flops / seconds / 1e9, "speedup": best["reference: parametrize + SGD"] / seconds}
+        rows.append(row)
+        print_fn(f"{name:<30} {row['ms_per_step']:>9.1f} {row['ms_per_layer_step']:>14.2f} {row['gflops']:>8.1f} "
+                 f"{row['speedup']:>8.2f}x")
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--width", type=int, default=1024)
@@ -146,11 +211,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS))
     parser.add_argument("--minibatch", action="store_true",
                         help="instead: mini-batch updates per second of the SBSNN figure network (Part III)")
+    parser.add_argument("--deep", action="store_true",
+                        help="instead: training steps of Lu et al.'s depth-200 network, before and after the fused layer")
+    parser.add_argument("--depth", type=int, default=200, help="with --deep: square layers (fewer for a quick run)")
     parser.add_argument("--stacks", type=int, nargs="+", default=[1, 2, 4],
                         help="with --minibatch: how many networks train at once")
     args = parser.parse_args(argv)
     if args.minibatch:
         minibatch(args.stacks)
+    elif args.deep:
+        deep(args.depth, repeats=args.repeats, clock=args.clock)
     else:
         run(args.width, args.batches, args.repeats, args.device, args.clock)
 

@@ -187,7 +187,7 @@ class Cached:
         if self.status == "absent" and self.journalled:
             return (f"Not finished at {self.scale} scale: an unfinished run with the current config has journalled "
                     f"{self.journalled} finished units{_units_code_text(self.units_code)}, and {command} resumes "
-                    f"from them. No claim is judged on them.")
+                    f"from them. A claim is judged on them only where its rule says so.")
         if self.status == "absent":
             return f"Not yet run at {self.scale} scale: run {command}."
         if self.status == "corrupt":
@@ -579,6 +579,10 @@ class Claim:
     short: str = ""
     """A one-line form of ``text`` for the ledger's rows and a chapter's verdict box (optional:
     without it :func:`short_text` shortens ``text``)."""
+    unfinished: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
+    """For a claim that an unfinished paper-scale run can already judge (its ``rule`` says how):
+    the payload ``check`` judges from the units the run has journalled (key to value), or None
+    while they do not suffice. Without it, a claim waits for the finished run."""
 
     def __post_init__(self):
         if self.kind not in KIND_VERDICTS:
@@ -623,7 +627,11 @@ def _claims_of(chapter: str) -> list[Claim]:
 def _paper_scale_cell(chapter: str, claim: Claim) -> tuple[str, str]:
     entry = cached(chapter, claim.result, "paper")
     if entry.status == "absent":
-        return "—", NOT_RUN
+        payload = claim.unfinished(entry.units) if claim.unfinished is not None and entry.journalled else None
+        if payload is None:
+            return "—", NOT_RUN
+        measured, verdict = claim.evaluate(payload)
+        return f"unfinished run: {measured}", verdict
     if entry.status == "stale":
         return "—", STALE
     if entry.status == "corrupt":

@@ -229,6 +229,31 @@ def test_mnist_missing_offline_raises_data_unavailable(tmp_path):
         gmp.data.mnist(root=tmp_path, download=False)
 
 
+def test_mnist_reads_the_shared_files_from_gmp_data_offline(monkeypatch):
+    """The four original files under GMP_DATA/MNIST/raw (data README, section 6): read with the
+    default download=True and no network (a download would fail), sha256-checked by fetch."""
+    raw = gmp.data.data_root() / "MNIST" / "raw"
+    if not all((raw / name).is_file() for name in classification.MNIST_SHA256):
+        pytest.skip(f"{raw} not available offline")
+    monkeypatch.setattr(classification, "MNIST_URL", "http://127.0.0.1:9/{name}")
+    x, y = gmp.data.mnist(train=True)
+    xt, yt = gmp.data.mnist(train=False)
+    assert x.shape == (60000, 784) and xt.shape == (10000, 784)
+    assert torch.bincount(y).tolist()[:2] == [5923, 6742] and torch.bincount(yt).tolist()[:2] == [980, 1135]
+    assert abs(float(x.mean())) < 1e-4 and abs(float(x.std()) - 1) < 1e-3
+
+
+def test_mnist_missing_and_offline_names_the_file_the_source_and_gmp_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("GMP_DATA", str(tmp_path))
+    monkeypatch.setattr(classification, "MNIST_URL", "http://127.0.0.1:9/{name}")
+    with pytest.raises(DataUnavailableError) as err:
+        gmp.data.mnist(train=False)
+    message = str(err.value)
+    assert "MNIST/raw/train-images-idx3-ubyte.gz" in message and "http://127.0.0.1:9/train-images-idx3-ubyte.gz" in message
+    assert "GMP_DATA" in message and str(tmp_path) in message and "could not be downloaded" in message
+    assert not list(tmp_path.rglob("*.gz"))  # nothing half-downloaded is left
+
+
 # ---------------------------------------------------------------- CIFAR-10 via torchvision
 
 @pytest.fixture

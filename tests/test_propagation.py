@@ -115,3 +115,53 @@ def test_gradient_norm_ratio():
     assert np.isnan(gradient_norm_ratio([np.nan, 1.0]))
     with pytest.raises(ValueError):
         gradient_norm_ratio([])
+
+
+@pytest.mark.parametrize("batchnorm", [False, True])
+def test_fused_row_normalized_layers_match_the_parametrization(batchnorm):
+    """RowNormalizedLinear (Eq. (55) with a hand-written backward) gives the outputs and the
+    gradients of every parameter that nn.Linear + the RowNormalized parametrization give."""
+    ref = _net("GELU-GPN", width=12, depth=4, weights="row_normalized", batchnorm=batchnorm, in_features=5,
+               out_features=3)
+    fused = _net("GELU-GPN", width=12, depth=4, weights="row_normalized", batchnorm=batchnorm, in_features=5,
+                 out_features=3, fused=True)
+    with torch.no_grad():
+        for a, b in zip(ref.free_parameters(), fused.free_parameters()):
+            b.copy_(a * torch.linspace(0.5, 2.0, a.shape[0], dtype=a.dtype).unsqueeze(1))  # rows of unequal norm
+            a.copy_(b)
+        fused.first.weight.copy_(ref.first.weight)
+        fused.last.weight.copy_(ref.last.weight)
+    x, y = torch.randn(7, 5, dtype=torch.float64), torch.randint(0, 3, (7,))
+    outs = []
+    for net in (ref, fused):
+        out = net(x)
+        torch.nn.functional.cross_entropy(out, y).backward()
+        outs.append(out)
+    assert torch.allclose(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+    assert all(torch.allclose(w, v, rtol=1e-12, atol=1e-14) for w, v in zip(ref.square_weights(), fused.square_weights()))
+    grads = [[p.grad for p in net.free_parameters()] + [net.first.weight.grad, net.last.weight.grad] for net in (ref, fused)]
+    assert all(g.abs().max() > 0 for g in grads[1])
+    assert all(torch.allclose(a, b, rtol=1e-10, atol=1e-14) for a, b in zip(*grads))
+
+
+def test_fused_layers_refuse_what_they_do_not_build():
+    with pytest.raises(ValueError, match="fused=True"):
+        gmp.deep_mlp(8, 2, "ReLU", weights="orthogonal", fused=True)
+    with pytest.raises(ValueError, match="fused=True"):
+        gmp.deep_mlp(8, 2, "ReLU", weights="row_normalized", bias=True, fused=True)
+
+
+def test_orthogonality_drift_is_zero_for_orthogonal_and_positive_otherwise():
+    """max |W W^T - I|: 0 (to float32 rounding) for a Haar matrix, positive once one entry moves."""
+    q = _net(torch.tanh, width=64, depth=1, parametrized=False, dtype=torch.float32).layers[0].weight.detach()
+    assert gmp.orthogonality_drift(q) < 1e-5
+    e = torch.zeros(64, 64)
+    e[0, 1] = 1e-2
+    p = q + e
+    drift = gmp.orthogonality_drift(p)
+    assert drift > 1e-4 and drift == pytest.approx(float((p @ p.T - torch.eye(64)).abs().max()), rel=1e-6)
+    net = _net("Tanh", width=16, depth=3, weights="row_normalized", fused=True)
+    drifts = net.orthogonality_drift()
+    assert len(drifts) == 3 and all(d > 0.05 for d in drifts)  # Gaussian rows are far from orthogonal
+    with pytest.raises(ValueError, match="square"):
+        gmp.orthogonality_drift(torch.zeros(3, 4))

@@ -1,0 +1,193 @@
+"""The per-epoch training of the lu_real chapter (Section 3.2 of Lu et al.): checkpoints that
+resume exactly, the journal of epochs, divergence, and the curves' round trip."""
+
+import json
+
+import pytest
+import torch
+
+import gmp
+from gmp.config import Config
+from gmp.experiments import lu_real
+from gmp.results import STAGING_ENV, Store
+
+
+def _cfg(**changes):
+    values = {**gmp.load_config("lu_real", "smoke").as_dict(), "width": 8, "depth": 3, "batch_size": 16,
+              "ratio_every": 2, "epochs": {"digits": 3, "mnist1d": 3}, "data": {"mnist": "digits", "cifar10": "digits"},
+              "activations": ["ReLU"], **changes}
+    return Config("lu_real", "smoke", values)
+
+
+def _data(seed=0, rows=70, features=5):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, features, generator=g)
+    return (x, (x[:, 0] > 0).long() + (x[:, 1] > 0).long()), (x[:20] + 0.1, (x[:20, 0] > 0).long())
+
+
+def _without_seconds(metrics):
+    return {k: v for k, v in metrics.items() if k != "seconds"}
+
+
+@pytest.mark.parametrize("variant, batchnorm", [("ReLU-GPN", False), ("GELU", True)])
+def test_resuming_from_the_epoch_checkpoint_gives_the_same_weights(tmp_path, variant, batchnorm):
+    """Interrupted after every epoch and resumed from its checkpoint (weights, momentum, BN
+    statistics, shuffling generator), a network ends bitwise equal to the uninterrupted one."""
+    cfg, (train, test) = _cfg(), _data()
+
+    def make():
+        return lu_real.Training(variant, batchnorm, train[0].shape[1], cfg)
+
+    whole, metrics = None, []
+    for epoch in (1, 2, 3):
+        whole, m = lu_real.train_epoch(whole, make, epoch, 3, train, test, None)
+        metrics.append(m)
+    checkpoint = tmp_path / "net.pt"
+    for epoch in (1, 2, 3):
+        resumed, m = lu_real.train_epoch(None, make, epoch, 3, train, test, checkpoint)  # a new process each epoch
+        assert _without_seconds(m) == _without_seconds(metrics[epoch - 1])
+        assert checkpoint.is_file() == (epoch < 3)  # deleted once the network has finished
+    for (name, a), (_, b) in zip(whole.model.state_dict().items(), resumed.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert resumed.step == whole.step == 3 * 5  # 70 rows in batches of 16
+    assert not torch.equal(whole.model.state_dict()["layers.0.V"], make().model.state_dict()["layers.0.V"])
+    assert metrics[2]["train_acc"] is not None and "train_acc" not in metrics[1]
+    assert [m["ratio_steps"] for m in metrics] == [[0, 2, 4], [6, 8], [10, 12, 14]]
+    assert len(metrics[0]["drift"]) == 3 and all(d > 0 for d in metrics[0]["drift"])
+
+
+def test_a_missing_checkpoint_trains_the_network_again_from_its_first_epoch(tmp_path):
+    cfg, (train, test) = _cfg(), _data()
+
+    def make():
+        return lu_real.Training("Tanh", False, train[0].shape[1], cfg)
+
+    whole = None
+    for epoch in (1, 2):
+        whole, expected = lu_real.train_epoch(whole, make, epoch, 3, train, test, None)
+    again, metrics = lu_real.train_epoch(None, make, 2, 3, train, test, tmp_path / "absent.pt")
+    assert again.epoch == 2 and _without_seconds(metrics) == _without_seconds(expected)
+    assert torch.equal(again.model.layers[0].V, whole.model.layers[0].V)
+
+
+def _run(cfg, staging, monkeypatch):
+    monkeypatch.setenv(STAGING_ENV, str(staging))
+    monkeypatch.setattr(lu_real, "load_split", lambda dataset, train, max_rows=None: _data()[0 if train else 1])
+    return lu_real.run(cfg, Store("lu_real", cfg), "cpu", 0)
+
+
+def _timeless(payload):
+    text = json.dumps(payload)
+    out = json.loads(text)
+    for runs in out["runs"].values():
+        for result in runs.values():
+            result.pop("wall_time_s")
+    return out
+
+
+def test_an_interrupted_run_resumes_from_the_journal_and_its_checkpoints(tmp_path, monkeypatch):
+    """Stopped in its second epoch (epoch-major: every network has done one), rerun: the journal
+    of epochs and the checkpoints give what an uninterrupted run gives."""
+    cfg = _cfg(activations=["ReLU", "Tanh"])
+    whole = _run(cfg, tmp_path / "a" / "lu_real" / ".staging", monkeypatch)
+    calls = {"n": 0}
+    original = lu_real.Training.run_epoch
+
+    def interrupted(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 6:  # 4 networks without BN: the second epoch of the second network
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    staging = tmp_path / "b" / "lu_real" / ".staging"
+    monkeypatch.setattr(lu_real.Training, "run_epoch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(cfg, staging, monkeypatch)
+    journal = staging.parent / "_partial" / f"smoke-{cfg.digest}.jsonl"
+    keys = [json.loads(line)["key"] for line in journal.read_text().splitlines()]
+    assert keys == [lu_real.epoch_key("digits", label, 0, 1) for label in ("ReLU", "ReLU-GPN", "Tanh", "Tanh-GPN")] \
+        + [lu_real.epoch_key("digits", "ReLU", 0, 2)]
+    checkpoints = sorted(p.name for p in journal.with_suffix("").glob("*.pt"))
+    assert len(checkpoints) == 4  # one per network, after its last journalled epoch
+    monkeypatch.setattr(lu_real.Training, "run_epoch", original)
+    calls["n"] = 0
+    resumed = _run(cfg, staging, monkeypatch)
+    assert _timeless(resumed) == _timeless(whole)
+    assert resumed["epochs_reached"] == {"digits": {"no BN": 3, "BN": 3}}
+    assert not list(journal.with_suffix("").glob("*.pt"))  # finished networks keep no checkpoint
+
+
+def test_a_diverged_network_is_journalled_at_its_epoch_and_not_trained_further(monkeypatch, tmp_path):
+    cfg = _cfg(lr=1e30)
+    payload = _run(cfg, tmp_path / "lu_real" / ".staging", monkeypatch)
+    result = payload["runs"]["digits"]["ReLU"]
+    assert result["diverged"] and result["epochs_run"] == result["diverged_epoch"] + 1
+    assert result["train_acc"] is None and result["test_curve"][-1] is None
+    light, arrays = lu_real.split_curves(payload)
+    assert json.loads(json.dumps(lu_real.join_curves(light, arrays))) == json.loads(json.dumps(payload))
+
+
+def test_assemble_says_how_far_an_unfinished_run_got():
+    cfg = _cfg(activations=["ReLU"])
+    metrics = {"diverged": False, "ratio": [1.0], "ratio_steps": [0], "max_grad": [0.1], "steps": 5, "seconds": 1.0,
+               "train_loss": 2.0, "train_acc_running": 0.3, "test_acc": 0.25, "drift": [0.1, 0.2, 0.3]}
+    units = {lu_real.epoch_key("digits", label, 0, e): {**metrics, "epoch": e}
+             for label, epochs in (("ReLU", 2), ("ReLU-GPN", 1), ("ReLU-BN", 0)) for e in range(1, epochs + 1)}
+    payload = lu_real.assemble(cfg, units, 0)
+    assert payload["epochs_reached"] == {"digits": {"no BN": 1, "BN": 0}}
+    relu = payload["runs"]["digits"]["ReLU"]
+    assert relu["epochs_run"] == 2 and not relu["finished"] and relu["train_acc"] == 0.3
+    assert relu["drift_max"] == [0.3, 0.3] and "ReLU-BN" not in payload["runs"]["digits"]
+
+
+def _epoch(acc, drift=0.01):
+    return {"diverged": False, "ratio": [2.0], "ratio_steps": [0], "max_grad": [0.1], "steps": 938, "seconds": 1.0,
+            "train_loss": 2.0, "train_acc_running": acc, "test_acc": acc, "drift": [drift] * 200}
+
+
+def test_an_unfinished_run_is_shown_and_judged_at_the_epoch_all_its_networks_reached(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gmp import results
+
+    cfg = gmp.load_config("lu_real", "paper")
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    chance = {"ReLU", "LeakyReLU", "GELU"}
+    units = {}
+    for variant in lu_real.variants(lu_real.ACTIVATIONS):
+        for epoch in (1, 2) if variant != "SELU" else (1,):  # SELU lags: the group stands at epoch 1
+            units[lu_real.epoch_key("mnist", variant, 0, epoch)] = {
+                **_epoch(0.1 if variant in chance else 0.2 + 0.3 * epoch), "epoch": epoch}
+    journal = tmp_path / "lu_real" / "_partial" / f"paper-{cfg.digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text("".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in units.items()))
+
+    payload = lu_real.unfinished(results.cached("lu_real", "runs").units)
+    assert payload["unfinished"] and payload["epochs_reached"]["mnist"] == {"no BN": 1, "BN": 0}
+    assert {r["epochs_run"] for r in payload["runs"]["mnist"].values()} == {1}  # cut to the common epoch
+    assert lu_real.epoch_text(payload, "mnist") == "MNIST, depth 200, epoch 1 of 50 (BN networks not started)"
+    _, title = lu_real.figure_source("mnist", {}, payload, "small")
+    assert title.startswith("MNIST, depth 200, epoch 1 of 50")
+    table = lu_real.table2({"data": {}, "runs": {}}, payload, "small")
+    column = ("Ours, paper scale (unfinished run)", "MNIST, depth 200, epoch 1 of 50 (BN networks not started)", "Train")
+    assert table.loc["ReLU-GPN", column] == "50.00 (—)" and table.loc["ReLU", column] == "10.00 (—)"
+    assert table.loc["ReLU", ("Ours, paper scale (unfinished run)", "CIFAR-10", "Test")] == results.NOT_RUN
+    lu_real.plot_drift(payload["runs"]["mnist"], "drift")
+
+    judged = {claim.key: (measured, verdict) for claim, measured, verdict in results._judged("lu_real")}
+    measured, verdict = judged["lu-real-untrainable"]
+    assert measured.startswith("unfinished run: 3/3") and "epoch 1 of 50" in measured
+    assert verdict == results.PARTLY  # reproduced on MNIST, but CIFAR-10 is not run
+    assert judged["lu-real-gpn-trainable"][0].startswith("unfinished run: 3/3")
+    for key in ("lu-real-bn-explodes", "lu-real-gpn-stable", "lu-real-gpn-train-accuracy"):
+        assert judged[key] == ("—", results.NOT_RUN)  # BN not started; the others wait for the full run
+
+
+def test_progress_says_how_far_the_run_got():
+    units = {lu_real.epoch_key("mnist", v, 0, e): {**_epoch(0.5), "epoch": e, "seconds": 360.0}
+             for v in lu_real.variants(lu_real.ACTIVATIONS) for e in ((1, 2) if v == "Tanh" else (1,))}
+    text = lu_real.progress(units)
+    assert text == ("its journal holds 13 epochs of training (1.3 hours of computing): every MNIST network without BN "
+                    "has finished 1 of 50 epochs, 1 of them 2; the MNIST networks with BN have not started.")
+    assert lu_real.progress({}) == "its journal holds no finished epoch yet."
