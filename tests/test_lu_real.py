@@ -70,6 +70,23 @@ def test_a_missing_checkpoint_trains_the_network_again_from_its_first_epoch(tmp_
     assert torch.equal(again.model.layers[0].V, whole.model.layers[0].V)
 
 
+def test_a_replay_that_does_not_give_the_journalled_epochs_stops(tmp_path):
+    """Without its checkpoint a network is trained again through its journalled epochs; where
+    that replay differs from the journal (another device), continuing would splice two runs."""
+    cfg, (train, test) = _cfg(), _data()
+
+    def make():
+        return lu_real.Training("Tanh", False, train[0].shape[1], cfg)
+
+    whole, first = lu_real.train_epoch(None, make, 1, 3, train, test, None)
+    journalled = {1: json.loads(json.dumps(first))}  # as the journal returns it
+    again, _ = lu_real.train_epoch(None, make, 2, 3, train, test, tmp_path / "a.pt", journalled)
+    assert again.epoch == 2
+    journalled[1] = {**journalled[1], "test_acc": journalled[1]["test_acc"] + 0.05}
+    with pytest.raises(lu_real.ReplayMismatch, match=r"Tanh: epoch 1 .*test_acc.*checkpoint"):
+        lu_real.train_epoch(None, make, 2, 3, train, test, tmp_path / "b.pt", journalled)
+
+
 def _run(cfg, staging, monkeypatch):
     monkeypatch.setenv(STAGING_ENV, str(staging))
     monkeypatch.setattr(lu_real, "load_split", lambda dataset, train, max_rows=None: _data()[0 if train else 1])

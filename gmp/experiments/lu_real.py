@@ -267,17 +267,31 @@ class Training:
         return out
 
 
+class ReplayMismatch(RuntimeError):
+    """A network trained again through its journalled epochs did not give the journalled numbers."""
+
+
+REPLAYED = ("train_loss", "test_acc", "diverged")
+"""The metrics of an epoch that a replay of it must give exactly as the journal holds them."""
+
+
 def train_epoch(training: Training | None, make: Callable[[], Training], epoch: int, epochs: int,
                 train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
-                checkpoint: Path | None) -> tuple[Training, dict[str, Any]]:
+                checkpoint: Path | None, journalled: Mapping[int, Mapping[str, Any]] | None = None
+                ) -> tuple[Training, dict[str, Any]]:
     """Bring a network to the end of epoch ``epoch`` (from 1) of ``epochs`` and return it with that epoch's metrics.
 
     The network is ``training`` when given (kept in memory), else the one checkpointed at
     ``checkpoint`` when there is one, else a new one from ``make()``. Epochs before
-    ``epoch`` that it has not done are trained again (their metrics, journalled before, are
-    dropped: the same seed gives the same numbers); a checkpoint already at ``epoch``
+    ``epoch`` that it has not done are trained again; a checkpoint already at ``epoch``
     returns the metrics it holds. With ``checkpoint`` the state is saved after every epoch,
     and deleted once the network has finished or diverged.
+
+    ``journalled[e]`` are the metrics the journal holds for epoch ``e`` of this network. An
+    epoch trained again must reproduce them (:data:`REPLAYED`, exactly: the same code, seed
+    and machine give the same numbers); otherwise the later epochs would continue another
+    trajectory than the journalled one, and :class:`ReplayMismatch` is raised instead (another
+    device or library version; the message says how to recompute the network there).
     """
     if training is None:
         training = make()
@@ -291,6 +305,14 @@ def train_epoch(training: Training | None, make: Callable[[], Training], epoch: 
         raise ValueError(f"the network has done {training.epoch} epochs, past epoch {epoch}")
     while training.epoch < epoch:
         metrics = training.run_epoch(train, test, final=training.epoch + 1 == epochs)
+        before = (journalled or {}).get(training.epoch)
+        if before is not None and any(before.get(k) != metrics.get(k) for k in REPLAYED):
+            raise ReplayMismatch(
+                f"{training.name}: epoch {training.epoch} trained again without its checkpoint gives "
+                + ", ".join(f"{k} {metrics.get(k)!r}" for k in REPLAYED) + " where the journal holds "
+                + ", ".join(f"{k} {before.get(k)!r}" for k in REPLAYED) + "; its later epochs would continue "
+                "another run. Bring the network's checkpoint from the machine that journalled it, or remove its "
+                "lines from the journal to train it here from the start")
         if metrics["diverged"] or training.epoch == epochs:
             if checkpoint is not None:
                 checkpoint.unlink(missing_ok=True)
@@ -518,7 +540,7 @@ def run(cfg: Mapping[str, Any], store: Any, device: torch.device | str = "cpu", 
     :func:`network_key` (not committed: a depth-200 network and its momentum take 0.4 GB) and
     dropped from memory, so an interrupted run resumes at the next epoch and gives the same
     numbers; a machine without the checkpoint trains the network again from its first
-    epoch (the journalled epochs are not recomputed, only passed through). Outside
+    epoch and checks that the journalled epochs come out as journalled (:func:`train_epoch`). Outside
     ``gmp.runs`` the networks stay in memory. A diverged network is not trained further.
     Data sets are loaded when first needed. Returns :func:`assemble` of the journalled epochs.
     """
@@ -537,9 +559,10 @@ def run(cfg: Mapping[str, Any], store: Any, device: torch.device | str = "cpu", 
             train, test = data[dataset]
             variant, batchnorm = label.removesuffix("-BN"), label.endswith("-BN")
             checkpoint = store.scratch(name)
+            journalled = {e: done[k] for e in range(1, epoch) if (k := epoch_key(dataset, label, seed, e)) in done}
             training, metrics = train_epoch(
                 live.pop(name, None), lambda: Training(variant, batchnorm, train[0].shape[1], cfg, device, seed),
-                epoch, int(cfg["epochs"][dataset]), train, test, checkpoint)
+                epoch, int(cfg["epochs"][dataset]), train, test, checkpoint, journalled)
             if checkpoint is None and not metrics["diverged"]:
                 live[name] = training
             return metrics

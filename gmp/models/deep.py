@@ -201,7 +201,7 @@ def deep_mlp(width: int, depth: int, activation: str | nn.Module | Callable[[tor
     constraint under training. ``dtype`` (default: torch's default dtype) is used for every
     parameter; ``generator`` seeds the square weights. ``fused=True`` (row-normalised weights
     only, without bias) builds each square layer as a :class:`RowNormalizedLinear`: the same
-    function and gradients, about twice as fast to train as the parametrization
+    function and gradients, about 1.5 times as fast to train as the parametrization on a CPU
     (``python -m gmp.bench --deep``).
     """
     if not isinstance(width, int) or width < 1 or not isinstance(depth, int) or depth < 1:
