@@ -103,7 +103,10 @@ def minibatch(stacks: Sequence[int] = (1, 2, 4), width: int = 192, updates: int 
     baseline (``nn.Sequential`` of bias-free ``nn.Linear`` trained by ``torch.optim.Adam``,
     one network) and :func:`gmp.minibatch.fit_stack` training ``stack`` networks at once, eager
     and (with ``compile``) through ``torch.compile``; each over ``updates`` updates after a warm-up
-    epoch. Prints ms per update of one network and the rate of network-updates per second.
+    epoch. Prints ms per update of one network, the rate of network-updates per second and
+    GFLOP/s of the five square layers (``6 * 32 * width^2`` FLOPs each per update: forward 2,
+    backward 4); the last row times only those layers' three bare matrix products per update,
+    the floor no update of one network can go below on this machine's matrix-product rate.
     """
     from gmp.activations import activation
     from gmp.minibatch import fit_stack, layers
@@ -125,18 +128,28 @@ def minibatch(stacks: Sequence[int] = (1, 2, 4), width: int = 192, updates: int 
             opt.step()
     base = (time.perf_counter() - start) / updates
     rows = [{"what": "PyTorch nn.Sequential + torch.optim.Adam", "stack": 1, "ms_per_update": base * 1e3}]
+    a, w = torch.randn(32, width), torch.randn(width, width)
+    start = time.perf_counter()
+    for _ in range(updates):
+        for _ in range(5):  # forward x W^T, backward g W and g^T x of each square layer
+            a @ w.T, a @ w, a.T @ a
+    floor = (time.perf_counter() - start) / updates
     for use_compile in (False, True) if compile else (False,):
         for stack in stacks:
             fit = fit_stack(layers(spec), list(range(stack)), x, y, epochs=2, lr=1e-4, compile=use_compile)[0]
             per = float(fit.seconds[1] - fit.seconds[0]) / updates  # the second epoch: no compilation in it
             rows.append({"what": f"gmp.minibatch.fit_stack{' (torch.compile)' if use_compile else ''}",
                          "stack": stack, "ms_per_update": per * 1e3})
-    print_fn(f"{'what':<44} {'networks':>8} {'ms/update/network':>18} {'updates/s':>10} {'vs PyTorch':>10}")
+    rows.append({"what": "bare matrix products (ceiling)", "stack": 1, "ms_per_update": floor * 1e3})
+    flops = 6 * 32 * 5 * width * width
+    print_fn(f"{'what':<44} {'networks':>8} {'ms/update/network':>18} {'updates/s':>10} {'GFLOP/s':>8} "
+             f"{'vs PyTorch':>10}")
     for row in rows:
         row["updates_per_s"] = 1e3 / row["ms_per_update"]
+        row["gflops"] = flops / row["ms_per_update"] / 1e6
         row["ratio"] = base * 1e3 / row["ms_per_update"]
         print_fn(f"{row['what']:<44} {row['stack']:>8} {row['ms_per_update']:>18.3f} {row['updates_per_s']:>10.0f} "
-                 f"{row['ratio']:>9.2f}x")
+                 f"{row['gflops']:>8.1f} {row['ratio']:>9.2f}x")
     return rows
 
 
