@@ -617,6 +617,22 @@ def paired_interval(differences: Sequence[float], level: float = CONFIDENCE) -> 
     return mean, mean - half, mean + half
 
 
+SIGN_LEVEL = 0.05
+"""The level of :func:`sign_test` below which a rule calls a count of wins beyond noise."""
+
+
+def sign_test(wins: int, trials: int) -> float:
+    """One-sided p-value of ``wins`` or more wins in ``trials`` paired comparisons when each is
+    a fair coin: ``P(Binomial(trials, 1/2) >= wins)``. The test a comparative rule uses when
+    its comparisons are paired over activations (one seed each) rather than over seeds; 5 of 5
+    is the fewest that reaches 0.05 (p = 1/32)."""
+    from scipy import stats
+
+    if not (isinstance(wins, int) and isinstance(trials, int) and 0 <= wins <= trials and trials >= 1):
+        raise ValueError(f"sign_test needs 0 <= wins <= trials and trials >= 1, got wins={wins!r}, trials={trials!r}")
+    return float(stats.binomtest(wins, trials, 0.5, alternative="greater").pvalue)
+
+
 PAPERS = {"chen": "Chen & Ge", "lu": "Lu et al.", "sbsnn": "SBSNN"}
 
 

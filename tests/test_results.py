@@ -532,3 +532,31 @@ def test_verdict_box_of_a_real_chapter_agrees_with_the_ledger(monkeypatch):
     assert len(rows) == len(results._claims_of("chen_levy")) == box.count("<li") > 0
     for row in rows:
         assert row["Short"] in box and row["Verdict"] in box and row["Measured at paper scale"] in box
+
+
+def test_sign_test_is_the_binomial_tail():
+    from gmp.results import sign_test
+
+    assert sign_test(5, 5) == pytest.approx(1 / 32)
+    assert sign_test(7, 7) == pytest.approx(1 / 128)
+    assert sign_test(6, 7) == pytest.approx(8 / 128)
+    assert sign_test(0, 3) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="wins <= trials"):
+        sign_test(4, 3)
+
+
+def test_fig6_rotated_needs_every_activation_beyond_noise_by_the_sign_test():
+    """Four wins of four is every activation but not beyond noise (p = 1/16): partly only."""
+    from gmp.experiments import sbsnn_encoders
+    from gmp.results import PARTLY, REPRODUCED
+
+    def payload(gains):
+        names = [f"a{i}" for i in range(len(gains))]
+        rows = {**{f"{n}/nerf": {"final_psnr": 30.0} for n in names},
+                **{f"{n}/rotated": {"final_psnr": 30.0 + g} for n, g in zip(names, gains)}}
+        return {"activations": names, "rows": rows}
+
+    assert sbsnn_encoders._fig6_check(payload([1, 2, 3, 4, 5, 6, 7]))[1] == REPRODUCED
+    assert sbsnn_encoders._fig6_check(payload([1, 2, 3, 4]))[1] == PARTLY
+    measured, verdict = sbsnn_encoders._fig6_check(payload([1, 2, 3, 4, 5, 6, -1]))
+    assert verdict == PARTLY and "6 of 7" in measured and "-1.00 dB" in measured
