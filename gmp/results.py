@@ -297,6 +297,13 @@ class Store:
             atomic_write_bytes(self.staging / f"{name}.npz", _npz_bytes(arrays))
         return path
 
+    def journalled(self, key: str) -> Any | None:
+        """The journalled value of ``key`` of :meth:`memo`, or None when the journal holds none
+        (re-read from the journal, where another worker may have added it)."""
+        if key not in self._journal and self._journal_path is not None:
+            self._journal.update(journal_units(self._journal_path))
+        return self._journal.get(key)
+
     def scratch(self, key: str) -> Path | None:
         """A file for the in-progress state of the unit ``key`` of :meth:`memo` (None outside ``gmp.runs``).
 

@@ -11,7 +11,7 @@ executed notebook and ``provenance.json`` join it and the folder replaces
 untouched, and the journal of finished units (``Store.memo``) lets the next run resume.
 
 With ``--jobs N`` (chapters whose experiment module has a ``units`` function: the Part III
-image-fitting chapters), N worker processes first journal the chapter's independent units,
+image-fitting chapters and lu_real), N worker processes first journal the chapter's independent units,
 each with its share of the CPU threads, and the notebook then runs from the journal; the
 cache keeps those units (``units.jsonl.gz``). ``--verify`` recomputes one of them with
 today's code and compares it with the journalled or cached value (``verify``).

@@ -134,6 +134,26 @@ def test_an_interrupted_run_resumes_from_the_journal_and_its_checkpoints(tmp_pat
     assert not list(journal.with_suffix("").glob("*.pt"))  # finished networks keep no checkpoint
 
 
+@pytest.mark.parametrize("lr", [2e-2, 1e30])
+def test_units_of_two_workers_journal_what_the_run_computes(tmp_path, monkeypatch, lr):
+    """``--jobs 2``: worker i takes every second unit (so the same networks every epoch, each
+    from its checkpoint); the notebook's run from that journal equals an uninterrupted run,
+    diverged networks (lr 1e30) included."""
+    cfg = _cfg(activations=["ReLU", "Tanh"], lr=lr)
+    whole = _run(cfg, tmp_path / "a" / "lu_real" / ".staging", monkeypatch)
+    staging = tmp_path / "b" / "lu_real" / ".staging"
+    monkeypatch.setenv(STAGING_ENV, str(staging))
+    store = Store("lu_real", cfg)
+    todo = lu_real.units(cfg, store, 0, "cpu")
+    keys = list(todo)
+    assert keys == [lu_real.epoch_key(d, label, 0, e) for d, label, e in lu_real.schedule(cfg, 0)]
+    for worker in (1, 0):  # one worker after the other: neither needs the other's networks
+        for key in keys[worker::2]:
+            store.memo(key, todo[key])
+    monkeypatch.setattr(lu_real.Training, "run_epoch", lambda *a, **k: pytest.fail("trained again"))
+    assert _timeless(_run(cfg, staging, monkeypatch)) == _timeless(whole)
+
+
 def test_a_diverged_network_is_journalled_at_its_epoch_and_not_trained_further(monkeypatch, tmp_path):
     cfg = _cfg(lr=1e30)
     payload = _run(cfg, tmp_path / "lu_real" / ".staging", monkeypatch)

@@ -531,6 +531,26 @@ def assemble(cfg: Mapping[str, Any], units: Mapping[str, Any], seed: int) -> dic
             "runs": {d: r for d, r in runs.items() if r}}
 
 
+def _train_to(cfg: Mapping[str, Any], store: Any, data: dict, live: dict[str, Training], dataset: str, label: str,
+              epoch: int, seed: int, device: torch.device | str,
+              earlier: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """Epoch ``epoch`` of the network ``label`` on ``dataset`` (:func:`train_epoch`), from the
+    network kept in ``live`` or its checkpoint; ``earlier``: its journalled earlier epochs;
+    ``data`` caches the data sets. Outside ``gmp.runs`` (no checkpoint) the network stays in ``live``."""
+    if dataset not in data:
+        data[dataset] = (load_split(dataset, True, cfg["max_train"]), load_split(dataset, False))
+    train, test = data[dataset]
+    variant, batchnorm = label.removesuffix("-BN"), label.endswith("-BN")
+    name = network_key(dataset, label, seed)
+    checkpoint = store.scratch(name)
+    training, metrics = train_epoch(
+        live.pop(name, None), lambda: Training(variant, batchnorm, train[0].shape[1], cfg, device, seed),
+        epoch, int(cfg["epochs"][dataset]), train, test, checkpoint, earlier)
+    if checkpoint is None and not metrics["diverged"]:
+        live[name] = training
+    return metrics
+
+
 def run(cfg: Mapping[str, Any], store: Any, device: torch.device | str = "cpu", seed: int = 0) -> dict[str, Any]:
     """Train every network of the chapter epoch by epoch in the order of :func:`schedule`.
 
@@ -544,7 +564,7 @@ def run(cfg: Mapping[str, Any], store: Any, device: torch.device | str = "cpu", 
     ``gmp.runs`` the networks stay in memory. A diverged network is not trained further.
     Data sets are loaded when first needed. Returns :func:`assemble` of the journalled epochs.
     """
-    data: dict[str, tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {}
+    data: dict = {}
     live: dict[str, Training] = {}
     done: dict[str, Any] = {}
     stopped: set[str] = set()
@@ -552,27 +572,39 @@ def run(cfg: Mapping[str, Any], store: Any, device: torch.device | str = "cpu", 
         name = network_key(dataset, label, seed)
         if name in stopped:
             continue
-
-        def compute(dataset=dataset, label=label, epoch=epoch, name=name):
-            if dataset not in data:
-                data[dataset] = (load_split(dataset, True, cfg["max_train"]), load_split(dataset, False))
-            train, test = data[dataset]
-            variant, batchnorm = label.removesuffix("-BN"), label.endswith("-BN")
-            checkpoint = store.scratch(name)
-            journalled = {e: done[k] for e in range(1, epoch) if (k := epoch_key(dataset, label, seed, e)) in done}
-            training, metrics = train_epoch(
-                live.pop(name, None), lambda: Training(variant, batchnorm, train[0].shape[1], cfg, device, seed),
-                epoch, int(cfg["epochs"][dataset]), train, test, checkpoint, journalled)
-            if checkpoint is None and not metrics["diverged"]:
-                live[name] = training
-            return metrics
-
+        earlier = {e: done[k] for e in range(1, epoch) if (k := epoch_key(dataset, label, seed, e)) in done}
         key = epoch_key(dataset, label, seed, epoch)
-        done[key] = store.memo(key, compute)
+        done[key] = store.memo(key, lambda: _train_to(cfg, store, data, live, dataset, label, epoch, seed, device,
+                                                      earlier))
         if done[key]["diverged"]:
             stopped.add(name)
             live.pop(name, None)
     return assemble(cfg, done, seed)
+
+
+def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every epoch of every network as a unit of ``python -m gmp.runs lu_real --jobs N``, by
+    journal key, in the order of :func:`schedule`.
+
+    Worker ``i`` of ``N`` takes every ``N``-th unit (:func:`gmp.runs.prefill`); as each group
+    holds twelve networks, with ``N`` dividing 12 a worker keeps the same networks from one
+    epoch to the next and trains each from its own checkpoint. A unit reads the network's
+    journalled earlier epochs (another worker may have written them); after a diverged epoch
+    it trains nothing and journals ``after_divergence`` (:func:`assemble` reads a network's
+    epochs only up to its divergence). The notebook then runs :func:`run` from the journal.
+    """
+    data: dict = {}
+
+    def unit(dataset: str, label: str, epoch: int) -> Callable[[], dict[str, Any]]:
+        def compute() -> dict[str, Any]:
+            earlier = {e: v for e in range(1, epoch)
+                       if (v := store.journalled(epoch_key(dataset, label, seed, e))) is not None}
+            if any(v["diverged"] for v in earlier.values()):
+                return {"epoch": epoch, "diverged": True, "after_divergence": True}
+            return _train_to(cfg, store, data, {}, dataset, label, epoch, seed, device, earlier)
+        return compute
+
+    return {epoch_key(d, label, seed, e): unit(d, label, e) for d, label, e in schedule(cfg, seed)}
 
 
 # ---------------------------------------------------------------- cost of the paper's run
