@@ -484,7 +484,8 @@ def label(name: str) -> str:
     if net == "script":
         return f"author's script network, {variant.replace('_', ' ')}"
     if net == "siren":
-        return f"SIREN, {'mini-batch' if variant == 'minibatch' else 'full batch'}"
+        return "SIREN, " + {"minibatch": "mini-batch, constant rate", "schedule": "mini-batch, the figure's schedule"
+                            }.get(variant, "full batch")
     if variant == "siren_layer":
         return f"{ACTIVATION_TEXT[net]} + SIREN layer"
     return f"{ACTIVATION_TEXT[net]}, {'rotated' if variant == 'rotated' else 'axis-aligned'}"
