@@ -304,3 +304,20 @@ def test_uci_arms_swap_only_the_methods_their_arms_name():
     claim = _claim(chen_uci_arms, "chen-uci-gmp-best-lr-001")
     assert claim.evaluate(payload)[1] == REPRODUCED  # GmP's arm far better on both data sets
     assert _claim(chen_uci_arms, "chen-uci-gmp-best-lr-01").evaluate(payload)[1] == NOT_REPRODUCED  # the others'
+
+
+def test_sbsnn_faster_than_siren_is_judged_against_the_better_of_sirens_two_arms():
+    """SIREN at its own constant rate barely trains in mini-batches of 32: beating that arm alone is not enough."""
+    from gmp.experiments import sbsnn_author_figs
+
+    def payload(own, schedule, sbsnn):
+        rows = {"siren/minibatch": {"psnr_train_at": own}, "siren/schedule": {"psnr_train_at": schedule}}
+        rows.update({f"{a}/siren_layer": {"psnr_train_at": db} for a, db in zip(("sin", "triangle", "abs_sin"), sbsnn)})
+        return {"compare_epoch": 500, "figures": {"fig4": rows}}
+
+    claim = _claim(sbsnn_author_figs, "sbsnn-fit-faster-author")
+    assert claim.evaluate(payload(19.0, 20.0, (50.0, 40.0, 30.0)))[1] == REPRODUCED
+    assert claim.evaluate(payload(19.0, 45.0, (50.0, 40.0, 30.0)))[1] == PARTLY  # only sin beats the schedule arm
+    assert claim.evaluate(payload(55.0, 20.0, (50.0, 40.0, 30.0)))[1] == NOT_REPRODUCED  # nor the constant-rate one
+    measured = claim.evaluate(payload(19.0, 45.0, (50.0, 40.0, 30.0)))[0]
+    assert "19.0 dB at its own constant rate" in measured and "45.0 dB under the figure's schedule" in measured
