@@ -337,7 +337,8 @@ class _Adam:
 def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor, targets: Tensor, *,
               epochs: int, lr: float | Sequence[float], batch_size: int = KERAS_BATCH_SIZE,
               plateau: Mapping[str, Any] | None = None, adam: str = "keras", heldout: Tensor | None = None,
-              mse_to_unit: float = 1.0, compile: bool = False, eval_chunk: int = 8192,
+              mse_to_unit: float = 1.0, stop_below: float | None = None, compile: bool = False,
+              eval_chunk: int = 8192,
               checkpoint: str | os.PathLike | None = None, checkpoint_every: int = 10,
               device: torch.device | str = "cpu", progress: bool | None = None, desc: str | None = None,
               keep: dict[str, Any] | None = None) -> list[EpochCurves]:
@@ -351,7 +352,9 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
     when they do not divide). ``plateau`` is ``{"factor", "patience", "rule"}`` of
     :class:`Plateau` (monitoring the epoch-mean loss, as Keras does) or None for a constant
     rate. A network whose epoch loss is not finite is recorded as diverged at that epoch
-    (counted from 1) and frozen; the others go on.
+    (counted from 1) and frozen; the others go on. With ``stop_below``, the fit ends after the
+    first epoch at which every network that has not diverged has a training MSE (on the
+    targets' own scale, as SIREN's code measures it) at or below it; the curves then end there.
 
     ``checkpoint`` is a file that makes the fit resumable: every ``checkpoint_every`` epochs
     and at the end, weights, optimiser, schedules, random generators and curves are written
@@ -392,6 +395,8 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
     settings = {"layers": [dataclasses.asdict(x) for x in model.spec_layers], "seeds": list(model.seeds),
                 "epochs": epochs, "lr": lrs0, "batch_size": batch_size, "plateau": dict(plateau) if plateau else None,
                 "adam": adam, "pixels": pixels, "heldout": None if heldout is None else int(heldout.numel())}
+    if stop_below is not None:
+        settings["stop_below"] = float(stop_below)
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.is_file():
         state = load_checkpoint(checkpoint, map_location=device, keys=CHECKPOINT_KEYS)
@@ -436,8 +441,14 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
             total += (error.double() ** 2).sum(dim=(1, 2))
         return total / idx.numel()
 
+    def reached(epoch: int) -> bool:
+        """Whether every network that has not diverged is at or below ``stop_below`` after ``epoch`` (from 0)."""
+        return stop_below is not None and all(d is not None or curves["train_mse"][k, epoch] <= stop_below
+                                              for k, d in enumerate(diverged))
+
+    end = start if start and reached(start - 1) else epochs  # a resumed fit may have stopped already
     began = time.perf_counter()
-    for epoch in bar(range(start, epochs), desc=desc, disable=None if progress is None else not progress,
+    for epoch in bar(range(start, end), desc=desc, disable=None if progress is None else not progress,
                      leave=False, initial=start, total=epochs):
         alive = torch.tensor([d is None for d in diverged], device=device)
         rates = torch.tensor(lrs, dtype=torch.float32, device=device) * alive
@@ -474,8 +485,13 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
             curves["seconds"][k, epoch] = now / count
             if plateaus:
                 lrs[k] = plateaus[k].step(float(epoch_loss[k]), lrs[k])
-        if checkpoint is not None and ((epoch + 1) % checkpoint_every == 0 or epoch + 1 == epochs):
+        done = reached(epoch)
+        if checkpoint is not None and ((epoch + 1) % checkpoint_every == 0 or epoch + 1 == epochs or done):
             save(epoch + 1, now)
+        if done:
+            end = epoch + 1
+            break
+    curves = {k: v[:, :end] for k, v in curves.items()}
     if keep is not None:
         keep["model"] = model
     return [EpochCurves(curves["epoch_loss"][k], curves["train_mse"][k],

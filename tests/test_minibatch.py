@@ -183,6 +183,21 @@ def test_an_interrupted_fit_resumes_to_the_same_curves(tmp_path, monkeypatch):
         np.testing.assert_array_equal(a.lr, b.lr)
 
 
+
+def test_a_fit_with_stop_below_ends_at_the_first_epoch_at_or_below_it_and_a_rerun_does_not_train_on(tmp_path):
+    x, y = torch.randn(64, 24), torch.rand(64, 1)
+    kwargs = dict(lr=1e-2, batch_size=64, checkpoint_every=100)
+    full = mb.fit_stack(mb.layers(SMALL), [3], x, y, epochs=40, **kwargs)[0]
+    threshold = float(full.train_mse[9])  # reached at epoch 10 (or earlier, if the curve is not monotone)
+    first = int(np.flatnonzero(full.train_mse <= threshold)[0]) + 1
+    stopped = mb.fit_stack(mb.layers(SMALL), [3], x, y, epochs=40, stop_below=threshold,
+                           checkpoint=tmp_path / "fit.pt", **kwargs)[0]
+    assert len(stopped.train_mse) == first < 40
+    np.testing.assert_array_equal(stopped.train_mse, full.train_mse[:first])
+    again = mb.fit_stack(mb.layers(SMALL), [3], x, y, epochs=40, stop_below=threshold,
+                         checkpoint=tmp_path / "fit.pt", **kwargs)[0]
+    np.testing.assert_array_equal(again.train_mse, stopped.train_mse)
+
 def test_a_checkpoint_of_another_structure_is_refused_clearly(tmp_path):
     x, y = torch.randn(64, 24), torch.rand(64, 1)
     torch.save([1, 2], tmp_path / "fit.pt")
