@@ -311,9 +311,9 @@ def test_sbsnn_faster_than_siren_is_judged_against_the_better_of_sirens_two_arms
     from gmp.experiments import sbsnn_author_figs
 
     def payload(own, schedule, sbsnn, trained=True):
-        first = 10.0 if trained else own - 1.0
-        rows = {"siren/minibatch": {"psnr_train_at": own, "best_train_psnr": own, "first_train_psnr": first},
-                "siren/schedule": {"psnr_train_at": schedule, "best_train_psnr": schedule, "first_train_psnr": first}}
+        best = 35.0 if trained else 20.0  # SIREN's best whole-image PSNR over the run: 30 dB or more is a fit
+        rows = {"siren/minibatch": {"psnr_train_at": own, "best_train_psnr": max(own, best)},
+                "siren/schedule": {"psnr_train_at": schedule, "best_train_psnr": max(schedule, best)}}
         rows.update({f"{a}/siren_layer": {"psnr_train_at": db} for a, db in zip(("sin", "triangle", "abs_sin"), sbsnn)})
         return {"compare_epoch": 500, "figures": {"fig4": rows}}
 
@@ -323,7 +323,7 @@ def test_sbsnn_faster_than_siren_is_judged_against_the_better_of_sirens_two_arms
     assert claim.evaluate(payload(55.0, 20.0, (50.0, 40.0, 30.0)))[1] == NOT_REPRODUCED  # nor the constant-rate one
     measured = claim.evaluate(payload(19.0, 45.0, (50.0, 40.0, 30.0)))[0]
     assert "19.0 dB at its own constant rate" in measured and "45.0 dB under the figure's schedule" in measured
-    untrained = claim.evaluate(payload(19.0, 18.5, (50.0, 40.0, 30.0), trained=False))
+    untrained = claim.evaluate(payload(14.6, 12.2, (50.0, 40.0, 30.0), trained=False))  # as at paper scale
     assert untrained[1] == PARTLY and "neither SIREN arm trained" in untrained[0]
 
 

@@ -108,17 +108,19 @@ def fits_of(units_done: Mapping[str, Any]) -> dict[str, dict[str, EpochCurves]]:
     return out
 
 
-TRAINED_DB = 3.0
-"""A fit has trained when its best whole-image PSNR is at least this many dB above its first epoch's."""
+TRAINED_DB = 30.0
+"""A SIREN arm has trained when its best whole-image PSNR reaches this (dB, [0, 1] scale): below it the image is a blur.
+
+SIREN under its own protocol reaches 56 dB; every SBSNN of Fig. 4 passes 36 dB. Set after the
+paper-scale run showed both mini-batch SIREN arms peaking at 18 to 19 dB.
+"""
 
 
 def summary(cfg, units_done: Mapping[str, Any]) -> dict[str, Any]:
-    """The payload of the claims: per figure and curve, :func:`gmp.experiments.sbsnn_author.fit_row`, and
-    each curve's whole-image PSNR after its first epoch (``first_train_psnr``)."""
+    """The payload of the claims: per figure and curve, :func:`gmp.experiments.sbsnn_author.fit_row`."""
     fits = fits_of(units_done)
     return {"side": cfg.side, "compare_epoch": cfg.compare_epoch,
-            "figures": {figure: {name: {**fit_row(fit, "less_aggressive", at_epoch=cfg.compare_epoch),
-                                        "first_train_psnr": float(fit.psnr("train")[0])}
+            "figures": {figure: {name: fit_row(fit, "less_aggressive", at_epoch=cfg.compare_epoch)
                                  for name, fit in curves.items()} for figure, curves in fits.items()}}
 
 
@@ -194,8 +196,8 @@ def _faster_check(payload: Mapping[str, Any]) -> tuple[str, str]:
                                                              for n in names))
     verdict = REPRODUCED if names and len(better) == len(names) else PARTLY if better else NOT_REPRODUCED
     arms = [rows[n] for n in ("siren/minibatch", "siren/schedule")]
-    if verdict == REPRODUCED and not any(a["best_train_psnr"] >= a["first_train_psnr"] + TRAINED_DB for a in arms):
-        measured += (f"; neither SIREN arm trained (best within {TRAINED_DB:g} dB of its first epoch), so this is a "
+    if verdict == REPRODUCED and not any(a["best_train_psnr"] >= TRAINED_DB for a in arms):
+        measured += (f"; neither SIREN arm trained (best whole-image PSNR below {TRAINED_DB:g} dB), so this is a "
                      f"comparison with an untrained SIREN")
         verdict = PARTLY
     return measured, verdict
@@ -232,8 +234,8 @@ CLAIMS = [
           result="figs", rule="reproduced if each of the three SBSNN-family networks has a higher whole-image PSNR "
                               "at epoch 500 (or the last epoch of a shorter run) than SIREN has under the better of "
                               "its two arms; partly if at least one has, or if all have but neither SIREN arm trained "
-                              "(best whole-image PSNR within 3 dB of its first epoch's: a rate at which SIREN trains "
-                              "in mini-batches of 32 is then the missing arm); else not reproduced. One seed",
+                              "(best whole-image PSNR below 30 dB, a blur: a rate at which SIREN trains in "
+                              "mini-batches of 32 is then the missing arm); else not reproduced. One seed",
           check=_faster_check),
     Claim(key="sbsnn-fig6-rotated-author", paper="sbsnn",
           text="Fig. 6 as the author ran it: the rotated encoder (his matrices) gives a better fit than the "
