@@ -109,7 +109,9 @@ def fits_of(units_done: Mapping[str, Any]) -> dict[str, dict[str, EpochCurves]]:
 
 
 TRAINED_DB = 30.0
-"""A SIREN arm has trained when its best whole-image PSNR reaches this (dB, [0, 1] scale): below it the image is a blur.
+"""The best whole-image PSNR in dB on the [0, 1] scale that a SIREN arm must reach to count as trained.
+
+Below it the image is a blur.
 
 SIREN under its own protocol reaches 56 dB; every SBSNN of Fig. 4 passes 36 dB. Set after the
 paper-scale run showed both mini-batch SIREN arms peaking at 18 to 19 dB.
