@@ -506,8 +506,8 @@ def label(name: str) -> str:
     if net == "script":
         return f"author's script network, {variant.replace('_', ' ')}"
     if net == "siren":
-        return "SIREN, " + {"minibatch": "mini-batch, constant rate", "schedule": "mini-batch, the figure's schedule"
-                            }.get(variant, "full batch")
+        return "SIREN, " + {"minibatch": "mini-batch, constant rate 1e-4", "schedule": "mini-batch, the figure's schedule",
+                            "slow": "mini-batch, constant rate 1e-5"}.get(variant, "full batch")
     if variant == "siren_layer":
         return f"{ACTIVATION_TEXT[net]} + SIREN layer"
     return f"{ACTIVATION_TEXT[net]}, {'rotated' if variant == 'rotated' else 'axis-aligned'}"
