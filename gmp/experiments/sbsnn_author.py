@@ -650,15 +650,33 @@ def plot_axes(rows: Mapping[str, Mapping[str, EpochCurves]]):
     return fig
 
 
+HELDOUT_NETS = {
+    "script": ("author's script network (rotated encoder)", "author's script network", "the script's network"),
+    "sin_rotated": ("√2 sin(x + π/4), rotated encoder", "√2 sin, rotated encoder", "the rotated-encoder sin network"),
+    "siren": ("SIREN (mini-batch, constant 1e-4)", "SIREN, mini-batch", "SIREN in mini-batches"),
+    "siren_own": ("SIREN (its own protocol: full batch, [-1, 1], until MSE 1e-5)", "SIREN, its own protocol",
+                  "SIREN under its own protocol"),
+}
+"""The held-out fits by key: their names in the table, in the renders and in prose."""
+
+
+def heldout_reading(held: Mapping[str, Any] | None) -> str:
+    """The held-out PSNRs of :func:`heldout_summary`'s payload ``held`` as prose."""
+    if not held:
+        return "not yet run."
+    nets = held["networks"]
+    return ("; ".join(f"{prose} {nets[k]['train_psnr']:.1f} dB on its training pixels, {nets[k]['heldout_psnr']:.1f} "
+                      f"dB on the held-out ones" for k, (_, _, prose) in HELDOUT_NETS.items() if k in nets)
+            + "; interpolating the held-out pixels: "
+            + ", ".join(f"{m} {held['interpolation'][m]:.1f} dB" for m in ("nearest", "linear", "cubic")) + ".")
+
+
 def heldout_table(held: Mapping[str, Any] | None, paper: Mapping[str, Any] | None):
     """Held-out PSNR of each network beside interpolating the held-out pixels: this build and paper scale."""
     import pandas as pd
 
-    names = {"script": "author's script network (rotated encoder)", "sin_rotated": "√2 sin(x + π/4), rotated encoder",
-             "siren": "SIREN (mini-batch, constant 1e-4)",
-             "siren_own": "SIREN (its own protocol: full batch, [-1, 1], until MSE 1e-5)"}
     rows = []
-    for key, text in names.items():
+    for key, (text, _, _) in HELDOUT_NETS.items():
         row = {"predictor": text}
         for column, source in (("this build", held), ("paper scale", paper)):
             net = (source or {}).get("networks", {}).get(key)
@@ -683,16 +701,14 @@ def plot_renders(rows: Mapping[str, tuple[Mapping[str, np.ndarray], Any]]):
     """
     from torchvision.transforms.functional import InterpolationMode, resize
 
-    names = {"script": "author's script network", "sin_rotated": "√2 sin, rotated encoder",
-             "siren": "SIREN, mini-batch", "siren_own": "SIREN, its own protocol"}
-    columns = 1 + len(names)
+    columns = 1 + len(HELDOUT_NETS)
     fig, axes = style.subplots(len(rows), columns, figsize=(3.4 * columns, 3.8 * len(rows)), squeeze=False)
     for row, (title, (arrays, cfg)) in zip(axes, rows.items()):
         image = grey_image(cfg.side, cfg.image)
         up = resize(image[None], [cfg.render_side] * 2, interpolation=InterpolationMode.BILINEAR, antialias=False)[0]
         lo = (cfg.render_side - cfg.render_crop) // 2
         panels = [("bilinear upsampling", up[lo:lo + cfg.render_crop, lo:lo + cfg.render_crop].numpy())]
-        panels += [(names[k], arrays.get(f"render__{k}")) for k in names]
+        panels += [(short, arrays.get(f"render__{k}")) for k, (_, short, _) in HELDOUT_NETS.items()]
         for ax, (text, crop) in zip(row, panels):
             ax.axis("off")
             if crop is None:
