@@ -318,8 +318,8 @@ def summary(cfg, units_done: Mapping[str, Any], seed: int) -> dict[str, Any]:
     siren_full = units_done.get(f"siren-fullbatch-{seed}")
     if siren_full is not None:
         mse = np.array([np.nan if v is None else v for v in siren_full["mse"]])
-        hits = np.flatnonzero(mse <= 1e-5)
-        author_hits = np.flatnonzero(mse <= 4e-5)  # MSE 1e-5 on [0, 1] values is 4e-5 on [-1, 1] ones
+        # SIREN's full batch trains on [-1, 1] values: a PSNR of db dB on the [0, 1] scale is an MSE of 4 * 10^(-db/10)
+        hits, author_hits = (np.flatnonzero(mse <= 4 * 10 ** (-PSNR_TARGETS[target] / 10)) for target in ("siren", "author"))
         rows["siren/fullbatch"] = {"schedule": "constant", "steps": len(mse),
                                    "first_below_siren_target": int(hits[0]) if hits.size else None,
                                    "first_below_author_target": int(author_hits[0]) if author_hits.size else None,
