@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from gmp.config import scaled
+from gmp.experiments import sbsnn_author
 from gmp.experiments.sbsnn_author import (FIG7_ACTIVATIONS, SBSNN_FAMILY, data, encoded, family_reach, figure_spec,
                                           fit_row, label, siren_spec)
 from gmp.minibatch import EpochCurves, fit_stack, layers
@@ -173,6 +174,15 @@ def curves_from_arrays(arrays: Mapping[str, np.ndarray], figure: str) -> dict[st
         if fig == figure:
             out.setdefault(f"{net}/{variant}", {})[which] = values
     return out
+
+
+def reach_table(payload: Mapping[str, Any] | None, siren_full: Mapping[str, Any] | None = None):
+    """:func:`gmp.experiments.sbsnn_author.reach_table` for the networks of Figs. 4 and 6 and SIREN's mini-batch
+    arms, with ``siren_full``, SIREN's full-batch row of the ``sbsnn_author`` payload, as the reference."""
+    rows = {name: row for curves in (payload or {}).get("figures", {}).values() for name, row in curves.items()}
+    if rows and siren_full is not None:
+        rows["siren/fullbatch"] = siren_full
+    return sbsnn_author.reach_table({"rows": rows})
 
 
 def reading(payload: Mapping[str, Any]) -> str:
