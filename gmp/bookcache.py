@@ -2,8 +2,9 @@
 
 Jupyter Book (``execute_notebooks: cache``) re-executes a page only when its code cells
 change. A chapter's output also depends on the package ``gmp`` and on its cached
-paper-scale results in ``book/_results/<chapter>/``; when either changes, this drops the
-chapter's cached execution so the next build runs it again. ``make book`` calls it first:
+paper-scale results in ``book/_results/<chapter>/`` and on those of any chapter whose cache
+it reads; when either changes, this drops the chapter's cached execution so the next build
+runs it again. ``make book`` calls it first:
 
     python -m gmp.bookcache --path-output _build/smoke
 """
@@ -14,6 +15,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -40,15 +42,22 @@ def package_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
+READS_OTHER = re.compile(r"""\bcached\(\s*["'](\w+)["']""")
+"""A page's call ``gmp.results.cached("<chapter>", ...)``: it reads that chapter's cached results too."""
+
+
 def fingerprint(page: Path, root: Path, package: str | None = None) -> str:
-    """Hash of the package sources (``package``, computed when not given) and of the page's
-    cached results."""
+    """Hash of the package sources (``package``, computed when not given) and of the cached
+    results the page reads: its own chapter's and those of every chapter it names in a
+    ``cached("<chapter>", ...)`` call."""
     digest = hashlib.sha256((package or package_digest(root)).encode())
-    results = root / RESULTS_PATH / page.stem
-    if results.is_dir():
-        kept = [p for p in results.rglob("*") if p.is_file()
-                and not any(part.startswith((".", "_")) for part in p.relative_to(results).parts)]
-        _hash_files(digest, kept, root)
+    chapters = sorted({page.stem, *READS_OTHER.findall(page.read_text(encoding="utf-8"))})
+    for chapter in chapters:
+        results = root / RESULTS_PATH / chapter
+        if results.is_dir():
+            kept = [p for p in results.rglob("*") if p.is_file()
+                    and not any(part.startswith((".", "_")) for part in p.relative_to(results).parts)]
+            _hash_files(digest, kept, root)
     return digest.hexdigest()
 
 

@@ -58,3 +58,14 @@ def test_journal_of_an_unfinished_run_does_not_invalidate(tmp_path):
     assert bookcache.fingerprint(page, tmp_path) == before
     (tmp_path / "gmp" / "layers.py").write_text("A = 2\n")
     assert bookcache.fingerprint(page, tmp_path) != before
+
+
+def test_a_page_that_reads_another_chapters_cache_is_invalidated_by_it(tmp_path):
+    page, other = _repo(tmp_path)
+    page.write_text('# Levy\n\n```{code-cell} ipython3\narms = gmp.results.cached("chen_levy_arms", "arms")\n```\n')
+    before, other_before = bookcache.fingerprint(page, tmp_path), bookcache.fingerprint(other, tmp_path)
+    results = tmp_path / "book" / "_results" / "chen_levy_arms" / "paper"
+    results.mkdir(parents=True)
+    (results / "arms.json").write_text("{}")
+    assert bookcache.fingerprint(page, tmp_path) != before
+    assert bookcache.fingerprint(other, tmp_path) == other_before  # chen_uci names no other chapter
