@@ -311,10 +311,10 @@ def test_sbsnn_faster_than_siren_is_judged_against_the_best_of_sirens_three_arms
     """SIREN at its own constant rate barely trains in mini-batches of 32: beating that arm alone is not enough."""
     from gmp.experiments import sbsnn_author, sbsnn_author_figs
 
-    def payload(own, schedule, slow, sbsnn, trained=True):
-        best = 35.0 if trained else 20.0  # SIREN's best whole-image PSNR over the run: 30 dB or more is a fit
-        rows = {name: {"psnr_train_at": db, "best_train_psnr": max(db, best)}
-                for name, db in (("siren/minibatch", own), ("siren/schedule", schedule), ("siren/slow", slow))}
+    def payload(own, schedule, slow, sbsnn, best=(35.0, 35.0, 35.0)):
+        """``best``: each arm's best whole-image PSNR over the run (30 dB or more is a fit)."""
+        rows = {name: {"psnr_train_at": db, "best_train_psnr": top} for name, db, top in
+                zip(("siren/minibatch", "siren/schedule", "siren/slow"), (own, schedule, slow), best)}
         rows.update({f"{a}/siren_layer": {"psnr_train_at": db} for a, db in zip(("sin", "triangle", "abs_sin"), sbsnn)})
         return {"compare_epoch": 500, "figures": {"fig4": rows}}
 
@@ -324,13 +324,20 @@ def test_sbsnn_faster_than_siren_is_judged_against_the_best_of_sirens_three_arms
     assert claim.evaluate(payload(19.0, 20.0, 45.0, (50.0, 40.0, 30.0)))[1] == PARTLY  # only sin beats the slow arm
     assert claim.evaluate(payload(55.0, 20.0, 21.0, (50.0, 40.0, 30.0)))[1] == NOT_REPRODUCED  # nor the own-rate one
     measured = claim.evaluate(payload(19.0, 45.0, 33.0, (50.0, 40.0, 30.0)))[0]
-    assert ("19.0 dB at its own constant rate" in measured and "45.0 dB under the figure's schedule" in measured
-            and "33.0 dB at the lower constant rate" in measured)
-    untrained = claim.evaluate(payload(14.6, 12.2, 20.0, (50.0, 40.0, 30.0), trained=False))
+    assert ("19.0 dB at its own constant rate 1e-4" in measured and "45.0 dB under the figure's schedule" in measured
+            and "33.0 dB at the constant rate 1e-5" in measured)
+    untrained = claim.evaluate(payload(14.6, 12.2, 20.0, (50.0, 40.0, 30.0), best=(19.4, 18.3, 20.0)))
     assert untrained[1] == PARTLY and "no SIREN arm trained" in untrained[0]
-    rate = gmp.load_config("sbsnn_author_figs", "paper").siren_slow_lr
-    written = sbsnn_author.label("siren/slow").rsplit(" ", 1)[1]  # the rate as the figures' legend writes it
-    assert float(written) == rate and f"rate {written}" in claim.text
+    one_trained = payload(14.6, 12.2, 25.0, (50.0, 40.0, 30.0), best=(19.4, 18.3, 31.0))  # only the 1e-5 arm
+    assert claim.evaluate(one_trained)[1] == REPRODUCED
+    diverged = claim.evaluate(payload(None, 12.2, 25.0, (50.0, 40.0, None), best=(None, 18.3, 31.0)))
+    assert diverged[1] == PARTLY and "diverged at its own constant rate" in diverged[0] and "abs_sin diverged" in diverged[0]
+    cfg = gmp.load_config("sbsnn_author_figs", "paper")
+    for kind, rate in (("siren", cfg.siren_lr), ("sirenslow", cfg.siren_slow_lr)):
+        name, text = sbsnn_author_figs.SIREN_ARMS[kind]
+        written = sbsnn_author.label(name).rsplit(" ", 1)[1]  # the rate as the figures' legend writes it
+        assert float(written) == rate and text.endswith(f"rate {written}")
+    assert f"rate {sbsnn_author.label('siren/slow').rsplit(' ', 1)[1]}" in claim.text
 
 
 def test_the_readme_runs_are_reproduced_only_within_the_readmes_epochs():
