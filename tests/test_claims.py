@@ -352,3 +352,27 @@ def test_the_readme_runs_are_reproduced_only_within_the_readmes_epochs():
     claim = _claim(sbsnn_author, "sbsnn-readme-aggressive")
     assert claim.evaluate(payload(100))[1] == REPRODUCED
     assert claim.evaluate(payload(105))[1] == PARTLY  # its best is within 10 dB of 60 dB
+
+
+def test_an_unfinished_figs_run_judges_fig4_once_its_networks_and_sirens_three_arms_are_journalled():
+    """The Fig. 4 claims need no Fig. 6 unit; they wait for the last SIREN arm, the Fig. 6 claim for the run."""
+    import numpy as np
+
+    from gmp.experiments import sbsnn_author_figs
+    from gmp.minibatch import EpochCurves
+
+    def unit(db):  # a 550-epoch fit whose whole-image and epoch-mean PSNR rise linearly to ``db``
+        mse = 10 ** (-np.linspace(10.0, db, 550) / 10)
+        return EpochCurves(mse, mse, None, np.full(550, 2e-4), np.arange(1.0, 551.0), 2048, 1.0, None).to_json()
+
+    cfg = gmp.load_config("sbsnn_author_figs", "paper")
+    units = {f"fig4-{a}-0": unit(60.0) for a in cfg.fig4}
+    units.update({"siren-0": unit(19.0), "sirenschedule-0": unit(18.0)})
+    claims = {c.key: c for c in sbsnn_author_figs.CLAIMS}
+    assert all(claims[k].unfinished(units) is None for k in ("sbsnn-fit-500-author", "sbsnn-fit-faster-author"))
+    units["sirenslow-0"] = unit(40.0)
+    payload = claims["sbsnn-fit-faster-author"].unfinished(units)
+    assert set(payload["figures"]["fig4"]) >= {"siren/minibatch", "siren/schedule", "siren/slow"}
+    assert claims["sbsnn-fit-faster-author"].evaluate(payload)[1] == REPRODUCED  # 60 dB beats the 1e-5 arm's 40
+    assert claims["sbsnn-fit-500-author"].evaluate(payload)[1] == REPRODUCED
+    assert claims["sbsnn-fig6-rotated-author"].unfinished is None
