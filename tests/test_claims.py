@@ -376,3 +376,17 @@ def test_an_unfinished_figs_run_judges_fig4_once_its_networks_and_sirens_three_a
     assert claims["sbsnn-fit-faster-author"].evaluate(payload)[1] == REPRODUCED  # 60 dB beats the 1e-5 arm's 40
     assert claims["sbsnn-fit-500-author"].evaluate(payload)[1] == REPRODUCED
     assert claims["sbsnn-fig6-rotated-author"].unfinished is None
+
+
+def test_the_figs_updates_reading_names_the_fastest_fig4_network_and_sirens_full_batch():
+    from gmp.experiments import sbsnn_author_figs
+
+    def row(updates):
+        return {"reach": {"author-train": {"updates": updates}}}
+
+    payload = {"figures": {"fig4": {"sin/siren_layer": row(800_000), "triangle/siren_layer": row(None),
+                                    "abs_sin/siren_layer": row(900_000), "siren/slow": row(10)}}}
+    text = sbsnn_author_figs.updates_reading(payload, {"first_below_author_target": 2_000})
+    assert "sin(x + π/4) + SIREN layer, took 800,000" in text and "took 2,000 (a ratio of 400)" in text
+    assert sbsnn_author_figs.updates_reading(payload, {"first_below_author_target": None}) == ""
+    assert sbsnn_author_figs.updates_reading(None, None) == ""
