@@ -43,7 +43,7 @@ def package_digest(root: Path) -> str:
 
 
 READS_OTHER = re.compile(r"""\bcached\(\s*["'](\w+)["']""")
-"""A page's call ``gmp.results.cached("<chapter>", ...)``: it reads that chapter's cached results too."""
+"""A page's call ``gmp.results.cached("<chapter>", ...)``, by which it reads that chapter's cached results too."""
 
 
 def fingerprint(page: Path, root: Path, package: str | None = None) -> str:

@@ -657,7 +657,7 @@ HELDOUT_NETS = {
     "siren_own": ("SIREN (its own protocol: full batch, [-1, 1], until MSE 1e-5)", "SIREN, its own protocol",
                   "SIREN under its own protocol"),
 }
-"""The held-out fits by key: their names in the table, in the renders and in prose."""
+"""The held-out fits by key, each with its names in the table, in the renders and in prose."""
 
 
 def heldout_reading(held: Mapping[str, Any] | None) -> str:

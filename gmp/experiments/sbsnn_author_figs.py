@@ -36,8 +36,8 @@ CONFIG = scaled(
 SIREN_ARMS = {"siren": ("siren/minibatch", "at its own constant rate 1e-4"),
               "sirenschedule": ("siren/schedule", "under the figure's schedule"),
               "sirenslow": ("siren/slow", "at the constant rate 1e-5")}
-"""SIREN's mini-batch arms: unit kind to curve name and how the verdicts name the arm (the rates are
-the config's ``siren_lr`` and ``siren_slow_lr``)."""
+"""SIREN's mini-batch arms by unit kind, each with its curve name and the words the verdicts name it by
+(the rates are the config's ``siren_lr`` and ``siren_slow_lr``)."""
 
 PAPER = {
     # Section 5 and Fig. 4: with an initial SIREN layer the SBSNNs exceed SIREN's accuracy (MSE 1e-5)
