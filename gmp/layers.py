@@ -24,8 +24,8 @@ INITS: tuple[str, ...] = ("uniform", "glorot")
 """The GmP initialisations, "uniform" (paper text, Sec. 3.3) and "glorot" (official code)."""
 
 LINEAR_INITS: tuple[str, ...] = INITS + ("glorot_half",)
-"""The initialisations of :class:`GmPLinear`: :data:`INITS` and "glorot_half", the official
-conversion with the official inverse map's half-sphere quirk (every ``u_n >= 0``)."""
+"""The initialisations of :class:`GmPLinear`, those of :data:`INITS` and "glorot_half" (the official
+conversion with the official inverse map's half-sphere quirk, every ``u_n >= 0``)."""
 
 
 def identity(s: torch.Tensor) -> torch.Tensor:

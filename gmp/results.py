@@ -21,6 +21,7 @@ in which modules the code changed (:func:`code_fingerprint`).
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -170,7 +171,7 @@ class Cached:
     code_changed: tuple[str, ...] | None = None
     """The gmp modules changed since the cached run (None when it recorded no code fingerprint)."""
     units_code: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """:func:`resumed_code` of the journalled :attr:`units`: how many today's code did not compute."""
+    """How many of the journalled :attr:`units` today's code did not compute, as :func:`resumed_code` gives it."""
 
     @property
     def journalled(self) -> int:
@@ -354,7 +355,7 @@ class Store:
         code = code_fingerprint()
         entry = {"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3), "code": code["digest"]}
         if code["digest"] not in self._codes_in_journal:
-            entry["modules"] = code["modules"]
+            entry["modules"], entry["hash"] = code["modules"], code["hash"]
             self._codes_in_journal.add(code["digest"])
         line = json.dumps(entry)
         self._journal[key] = json.loads(line)["value"]
@@ -396,7 +397,9 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     status = "current" if provenance.get("config_digest") == current else "stale"
     code = provenance.get("code")
     modules = code.get("modules") if isinstance(code, dict) else None
-    code_changed = tuple(changed_modules(modules)) if isinstance(modules, dict) else None
+    scheme = code.get("hash", "source") if isinstance(code, dict) else None
+    code_changed = tuple(changed_modules(modules, scheme)) if isinstance(modules, dict) and scheme in (
+        CODE_HASH, "source") else None
     return Cached(chapter, name, scale, status, payload, arrays, provenance, code_changed=code_changed)
 
 
@@ -484,7 +487,8 @@ def entry_problem(entry: Any) -> str | None:
     """What makes ``entry`` (a parsed journal line) not a journal entry, None if nothing.
 
     An entry is a JSON object with a string ``key`` and a ``value``. ``Store.memo`` also
-    writes ``code`` (a string), ``modules`` (strings by string) and ``seconds`` (a finite
+    writes ``code`` (a string), ``modules`` (strings by string), ``hash`` (:data:`CODE_HASH` or
+    ``"source"``) and ``seconds`` (a finite
     number >= 0); a line with any of them of another type was not written by gmp, so its
     value is not trusted either: :func:`journal_entries` skips the whole line (the unit is
     recomputed) rather than resume it with its code or time unknown.
@@ -496,6 +500,8 @@ def entry_problem(entry: Any) -> str | None:
     modules = entry.get("modules")
     if "modules" in entry and not (isinstance(modules, dict) and all(isinstance(v, str) for v in modules.values())):
         return "its 'modules' is not an object of strings"
+    if "hash" in entry and entry["hash"] not in (CODE_HASH, "source"):
+        return f"its 'hash' is {entry['hash']!r}, not {CODE_HASH!r} or 'source'"
     seconds = entry.get("seconds")
     if "seconds" in entry and not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
                                    and math.isfinite(seconds) and seconds >= 0):
@@ -513,35 +519,68 @@ def _journalled(chapter: str, scale: str) -> list[dict[str, Any]]:
     return journal_entries(path) if path else []
 
 
-@functools.cache
-def code_fingerprint() -> dict[str, Any]:
-    """The code this process runs: ``{"digest": ..., "modules": {path: hash}}``.
+CODE_HASH = "syntax"
+"""How :func:`code_fingerprint` hashes a module, by the SHA-256 of its syntax tree with every bare string
+statement (docstrings, attribute docstrings) left out, so comments, layout and documentation
+can change without changing the fingerprint. Fingerprints recorded before it (with no ``"hash"``)
+hashed each file's bytes, ``"source"``, and are compared with today's files the same way."""
 
-    ``modules`` holds the SHA-256 (16 hex digits) of each source file of the imported
-    package ``gmp`` (``gmp.bookcache.module_digests``, the files that
-    ``gmp.bookcache.package_digest`` hashes), by its path inside the package, such as
-    ``"experiments/chen_levy.py"``; ``digest`` identifies them all. Computed once per process.
-    """
+
+def _syntax_digest(source: bytes) -> str:
+    """SHA-256 (16 hex digits) of a module's syntax tree without its bare string statements."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                block[:] = [s for s in block if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                                     and isinstance(s.value.value, str))]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _module_hashes(scheme: str) -> dict[str, str]:
+    """Today's hash of each source file of the imported package ``gmp`` under ``scheme``, by its path
+    inside the package (``"experiments/chen_levy.py"``): :data:`CODE_HASH` or ``"source"``
+    (``gmp.bookcache.module_digests``, the bytes of the files ``gmp.bookcache.package_digest`` hashes)."""
     from gmp.bookcache import module_digests
 
-    modules = module_digests(Path(__file__).resolve().parent)
+    package = Path(__file__).resolve().parent
+    if scheme == "source":
+        return module_digests(package)
+    if scheme != CODE_HASH:
+        raise ValueError(f"unknown code hash {scheme!r}: expected {CODE_HASH!r} or 'source'")
+    return {p.relative_to(package).as_posix(): _syntax_digest(p.read_bytes()) for p in sorted(package.rglob("*.py"))}
+
+
+@functools.cache
+def code_fingerprint() -> dict[str, Any]:
+    """The code this process runs: ``{"digest": ..., "modules": {path: hash}, "hash": CODE_HASH}``.
+
+    ``modules`` holds the :data:`CODE_HASH` of each source file of the imported package
+    ``gmp``, by its path inside the package, such as ``"experiments/chen_levy.py"``; ``digest``
+    identifies them all. Computed once per process.
+    """
+    modules = _module_hashes(CODE_HASH)
     return {"digest": hashlib.sha256(json.dumps(modules, sort_keys=True).encode()).hexdigest()[:16],
-            "modules": modules}
+            "modules": modules, "hash": CODE_HASH}
 
 
-def changed_modules(modules: Mapping[str, str]) -> list[str]:
-    """The modules of a recorded fingerprint's ``modules`` that today's code has changed or removed.
+def changed_modules(modules: Mapping[str, str], scheme: str = "source") -> list[str]:
+    """The modules of a recorded fingerprint's ``modules``, hashed under ``scheme`` (its ``"hash"``;
+    ``"source"`` when it records none), that today's code has changed or removed.
 
     Modules added since are not listed: a new module cannot have changed an old result
     unless an old module changed to use it.
     """
-    today = code_fingerprint()["modules"]
+    today = _module_hashes(scheme)
     return sorted(module for module, digest in modules.items() if today.get(module) != digest)
 
 
-def journal_code(entries: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
-    """The per-module hashes of each code fingerprint (by digest) that journal ``entries`` record."""
-    return {entry["code"]: entry["modules"] for entry in entries
+def journal_code(entries: list[dict[str, Any]]) -> dict[str, tuple[dict[str, str], str]]:
+    """The per-module hashes, and how they were hashed, of each code fingerprint (by digest) that
+    journal ``entries`` record."""
+    return {entry["code"]: (entry["modules"], entry.get("hash", "source")) for entry in entries
             if isinstance(entry.get("code"), str) and isinstance(entry.get("modules"), dict)}
 
 
@@ -553,13 +592,13 @@ def resumed_code(entries: list[dict[str, Any]]) -> dict[str, Any]:
     fingerprint (before gmp recorded one). A unit journalled twice counts once, by its last entry.
     """
     today = code_fingerprint()
-    codes = {today["digest"]: today["modules"], **journal_code(entries)}
+    codes = {today["digest"]: (today["modules"], CODE_HASH), **journal_code(entries)}
     other, unrecorded, changed = 0, 0, set()
     for entry in {entry["key"]: entry for entry in entries}.values():
-        modules = codes.get(entry.get("code"))
-        if modules is None:
+        recorded = codes.get(entry.get("code"))
+        if recorded is None:
             unrecorded += 1
-        elif differ := changed_modules(modules):
+        elif differ := changed_modules(*recorded):
             other += 1
             changed.update(differ)
     return {"other_code_units": other, "code_not_recorded_units": unrecorded, "changed_modules": sorted(changed)}

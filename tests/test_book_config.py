@@ -148,3 +148,20 @@ def test_a_chapter_with_claims_opens_with_its_verdict_box(page: Path):
     headings = [c for c in cells[:index] if c.cell_type == "markdown" and re.search(r"^## ", c.source, re.M)]
     if page.stem != "chen_resnet":  # its intro has a section ("How a residual network is converted") before any code
         assert not headings, f"{page.name}: the verdict box comes after a section heading"
+
+
+def test_no_documented_constant_renders_its_first_words_as_a_type():
+    """Napoleon reads an attribute docstring that starts ``words: more`` as ``type: description``,
+    so the API page would print "Type: words" (it did for five constants)."""
+    from sphinx.ext.napoleon import Config
+    from sphinx.ext.napoleon.docstring import GoogleDocstring
+    from sphinx.pycode import ModuleAnalyzer
+
+    settings = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]
+    config = Config(napoleon_use_ivar=settings["napoleon_use_ivar"])
+    modules = re.findall(r"automodule:: (\S+)", (ROOT / "book" / "api.md").read_text())
+    assert len(modules) > 20
+    typed = [f"{module}.{name}" for module in modules
+             for (cls, name), lines in ModuleAnalyzer.for_module(module).find_attr_docs().items()
+             if ":type:" in str(GoogleDocstring(list(lines), config, what="attribute" if cls else "data", name=name))]
+    assert typed == []

@@ -287,12 +287,14 @@ def test_a_journal_line_with_wrong_typed_metadata_is_skipped_with_a_warning(chap
              {"key": "c", "value": 3, "modules": ["m"]}, {"key": "d", "value": 4, "seconds": -1},
              {"key": "e", "value": 5, "seconds": True}, {"key": "f", "value": 6, "modules": {"a.py": 1}},
              {"key": "g", "value": 7, "code": "0123456789abcdef", "seconds": 1.5}, {"key": "h", "value": 8}]
-    journal.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"key": "i", "value": 9, "seconds": NaN}\n')
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"key": "i", "value": 9, "seconds": NaN}\n'
+                       + '{"key": "j", "value": 10, "hash": "md5"}\n')
     with pytest.warns(UserWarning) as caught:
         entries = results.journal_entries(journal)
     assert [e["key"] for e in entries] == ["g", "h"]
-    assert sorted(str(w.message).split(":")[0] for w in caught) == [
-        f"{journal}, line {n}" for n in (1, 2, 3, 4, 5, 6, 9)]
+    assert [str(w.message).split(":")[0] for w in caught] == [
+        f"{journal}, line {n}" for n in (1, 2, 3, 4, 5, 6, 9, 10)]
+    assert "'hash' is 'md5'" in str(caught[-1].message)
     assert "'code'" in str(caught[0].message) and "'seconds'" in str(caught[1].message)
     assert sum(e.get("seconds", 0.0) for e in entries) == 1.5  # what gmp.runs records as resumed_seconds
     with pytest.warns(UserWarning):
@@ -369,7 +371,7 @@ def test_an_unreadable_cache_without_hashes_is_corrupt_not_an_exception(chapter,
 def _other_code(module="experiments/chen_levy.py"):
     """A code fingerprint that differs from today's in ``module`` (as after editing ``train_one``)."""
     today = results.code_fingerprint()
-    return {"digest": "0123456789abcdef", "modules": {**today["modules"], module: "0" * 16}}
+    return {"digest": "0123456789abcdef", "modules": {**today["modules"], module: "0" * 16}, "hash": today["hash"]}
 
 
 def test_memo_journals_the_fingerprint_of_the_code_that_computed_each_unit(chapter, tmp_path, monkeypatch):
@@ -384,7 +386,7 @@ def test_memo_journals_the_fingerprint_of_the_code_that_computed_each_unit(chapt
     entries = results.journal_entries(results.journal_path("fake_chapter", "paper", cfg.digest))
     assert [e["code"] for e in entries] == [today["digest"]] * 3
     assert [("modules" in e) for e in entries] == [True, False, False]
-    assert results.journal_code(entries) == {today["digest"]: today["modules"]}
+    assert results.journal_code(entries) == {today["digest"]: (today["modules"], results.CODE_HASH)}
     assert results.resumed_code(entries) == {"other_code_units": 0, "code_not_recorded_units": 0,
                                              "changed_modules": []}
 
@@ -405,12 +407,35 @@ def test_a_cache_says_whether_the_code_changed_since_and_where_but_stays_current
     assert "The gmp code has not changed since this run finished." in results.cached("fake_chapter", "summary").describe()
 
 
+def test_the_code_hash_leaves_out_documentation_comments_and_layout_but_not_code():
+    source = 'X = 1\n"""Doc of X."""\n\n\ndef f(x):\n    """Doc."""\n    return x + X  # why\n'
+    reworded = '# a header\nX = 1\n"""Another doc."""\ndef f(x):\n    """Doc,\n    longer."""\n\n    return (x +\n            X)\n'
+    assert results._syntax_digest(source.encode()) == results._syntax_digest(reworded.encode())
+    for edit in (source.replace("x + X", "x - X"), source.replace("return", 'print("why")\n    return'),
+                 source.replace("X = 1", "X = 1.0")):
+        assert results._syntax_digest(edit.encode()) != results._syntax_digest(source.encode()), edit
+
+
+def test_a_fingerprint_recorded_before_the_syntax_hash_is_compared_with_the_files_bytes(chapter, tmp_path):
+    """Caches and journals written before ``hash`` was recorded hashed each file's bytes."""
+    from gmp.bookcache import module_digests
+
+    folder = _publish(tmp_path, "paper", {"gap": 0.25}, config.load("fake_chapter", "paper").digest)
+    provenance = json.loads((folder / "provenance.json").read_text())
+    source = module_digests(ROOT / "gmp")
+    assert source != results.code_fingerprint()["modules"]
+    for modules, changed in ((source, ()), ({**source, "layers.py": "0" * 16}, ("layers.py",))):
+        results.atomic_write_json(folder / "provenance.json", {**provenance, "code": {"digest": "d", "modules": modules}})
+        assert results.cached("fake_chapter", "summary").code_changed == changed
+
+
 def test_an_unfinished_run_says_which_journalled_units_other_code_computed(chapter, tmp_path, monkeypatch):
     cfg = config.load("fake_chapter", "paper")
     journal = results.journal_path("fake_chapter", "paper", cfg.digest)
     journal.parent.mkdir(parents=True)
     other = _other_code("results.py")
-    journal.write_text(json.dumps({"key": "a", "value": 1, "code": other["digest"], "modules": other["modules"]})
+    journal.write_text(json.dumps({"key": "a", "value": 1, "code": other["digest"], "modules": other["modules"],
+                                   "hash": other["hash"]})
                        + '\n{"key": "b", "value": 2}\n')
     monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
     results.Store("fake_chapter", cfg).memo("c", lambda: 3)

@@ -194,7 +194,7 @@ def test_resuming_units_of_other_code_is_announced_and_recorded(book, capsys):
     journal.parent.mkdir(parents=True)
     today = results.code_fingerprint()
     before = {**today["modules"], "experiments/chen_levy.py": "0" * 16}
-    journal.write_text(json.dumps({"key": "a", "value": 1, "code": "old", "modules": before}) + "\n"
+    journal.write_text(json.dumps({"key": "a", "value": 1, "code": "old", "modules": before, "hash": today["hash"]}) + "\n"
                        + json.dumps({"key": "b", "value": 2, "code": today["digest"]}) + "\n"
                        + json.dumps({"key": "c", "value": 3}) + "\n")
     final = runs.run("fake_chapter", "smoke", device="cpu", root=book)

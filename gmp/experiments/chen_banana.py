@@ -160,8 +160,8 @@ def rebuild(cfg: Config, result: Mapping[str, Any]) -> torch.nn.Module:
 
 
 STATE_PREFIX = "state_"
-"""Names of the arrays of :func:`state_arrays`: ``state_<method>_<parameter>``, e.g.
-``state_GmP_0.theta`` (the method names hold no underscore)."""
+"""The prefix of the names of the arrays of :func:`state_arrays`, ``state_<method>_<parameter>``
+(``state_GmP_0.theta`` for instance; the method names hold no underscore)."""
 
 
 def state_arrays(results: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:

@@ -42,7 +42,7 @@ from gmp.layers import MeanNorm
 
 __all__ = ["resnet34", "GmPBasicBlock", "RESNET_PARAMS", "RESNET34_LAYERS"]
 
-#: The parameterizations :func:`resnet34` builds (Table 3 of Chen & Ge: BN, WN+MBN, GmP+MN).
+#: The parameterizations :func:`resnet34` builds, those of Table 3 of Chen & Ge (BN, WN+MBN, GmP+MN).
 RESNET_PARAMS: tuple[str, ...] = ("bn", "wn_mbn", "gmp_mn")
 #: Residual blocks per stage of ResNet-34.
 RESNET34_LAYERS: tuple[int, int, int, int] = (3, 4, 6, 3)

@@ -33,7 +33,7 @@ from gmp.layers import INITS, MeanNorm
 
 __all__ = ["vgg6", "VGG_PARAMS", "VGG6_WIDTHS"]
 
-#: The parameterizations :func:`vgg6` builds (Table 2 of Chen & Ge: SP, BN, WN, WN+MBN, GmP, GmP+MN).
+#: The parameterizations :func:`vgg6` builds, those of Table 2 of Chen & Ge (SP, BN, WN, WN+MBN, GmP, GmP+MN).
 VGG_PARAMS: tuple[str, ...] = ("sp", "bn", "wn", "wn_mbn", "gmp", "gmp_mn")
 #: Channels of the three stages of VGG-6 in the official code.
 VGG6_WIDTHS: tuple[int, int, int] = (128, 256, 512)
