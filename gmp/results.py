@@ -276,6 +276,7 @@ class Store:
         self._journal: dict[str, Any] = {}
         self._journal_path: Path | None = None
         self._codes_in_journal: set[str] = set()
+        code_fingerprint()  # read now, so units name the code the run started with, not files edited while it runs
         if self.staging is not None:
             self._journal_path = self.staging.parent / "_partial" / f"{cfg.scale}-{cfg.digest}.jsonl"
             entries = journal_entries(self._journal_path)

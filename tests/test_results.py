@@ -377,9 +377,11 @@ def _other_code(module="experiments/chen_levy.py"):
 def test_memo_journals_the_fingerprint_of_the_code_that_computed_each_unit(chapter, tmp_path, monkeypatch):
     monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
     cfg = config.load("fake_chapter", "paper")
+    results.code_fingerprint.cache_clear()
+    store = results.Store("fake_chapter", cfg)
+    assert results.code_fingerprint.cache_info().currsize == 1  # read when the run starts, not at its first unit
     today = results.code_fingerprint()
     assert "results.py" in today["modules"] and "experiments/chen_levy.py" in today["modules"]
-    store = results.Store("fake_chapter", cfg)
     store.memo("a", lambda: 1)
     store.memo("b", lambda: 2)
     results.Store("fake_chapter", cfg).memo("c", lambda: 3)  # another process: the hashes are in the journal already
