@@ -35,7 +35,7 @@ import re
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +169,8 @@ class Cached:
     problem: str | None = None
     """What is wrong with a corrupt cache."""
     code_changed: tuple[str, ...] | None = None
-    """The gmp modules changed since the cached run (None when it recorded no code fingerprint)."""
+    """The gmp modules of the chapter (:func:`chapter_modules`) changed since the cached run (None when it
+    recorded no code fingerprint)."""
     units_code: dict[str, Any] = dataclasses.field(default_factory=dict)
     """How many of the journalled :attr:`units` today's code did not compute, as :func:`resumed_code` gives it."""
 
@@ -208,10 +209,11 @@ class Cached:
         if self.code_changed is None:
             checks += " Code fingerprint not recorded, so whether gmp has changed since is unknown."
         elif self.code_changed:
-            checks += (f" CODE CHANGED since: the gmp modules {', '.join(self.code_changed)} differ from those of "
-                       f"that run; the numbers are that run's (rerun {command} to recompute them).")
+            checks += (f" CODE CHANGED since: of the gmp modules this chapter imports, {', '.join(self.code_changed)} "
+                       f"differ from those of that run; the numbers are that run's (rerun {command} to recompute "
+                       f"them).")
         else:
-            checks += " The gmp code has not changed since this run finished."
+            checks += " The gmp code this chapter imports has not changed since this run finished."
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
@@ -392,15 +394,15 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     if found is None:
         entries = _journalled(chapter, scale)
         return Cached(chapter, name, scale, "absent", units={e["key"]: e["value"] for e in entries},
-                      units_code=resumed_code(entries))
+                      units_code=resumed_code(entries, chapter))
     provenance, payload, arrays = found
     current = _config.load(chapter, scale).digest
     status = "current" if provenance.get("config_digest") == current else "stale"
     code = provenance.get("code")
     modules = code.get("modules") if isinstance(code, dict) else None
     scheme = code.get("hash", "source") if isinstance(code, dict) else None
-    code_changed = tuple(changed_modules(modules, scheme)) if isinstance(modules, dict) and scheme in (
-        CODE_HASH, "source") else None
+    code_changed = tuple(changed_modules(modules, scheme, chapter_modules(chapter))) if isinstance(
+        modules, dict) and scheme in (CODE_HASH, "source") else None
     return Cached(chapter, name, scale, status, payload, arrays, provenance, code_changed=code_changed)
 
 
@@ -567,15 +569,80 @@ def code_fingerprint() -> dict[str, Any]:
             "modules": modules, "hash": CODE_HASH}
 
 
-def changed_modules(modules: Mapping[str, str], scheme: str = "source") -> list[str]:
+def changed_modules(modules: Mapping[str, str], scheme: str = "source",
+                    within: Collection[str] | None = None) -> list[str]:
     """The modules of a recorded fingerprint's ``modules``, hashed under ``scheme`` (its ``"hash"``;
-    ``"source"`` when it records none), that today's code has changed or removed.
+    ``"source"`` when it records none), that today's code has changed or removed; only those in
+    ``within`` when given (a chapter's :func:`chapter_modules`).
 
     Modules added since are not listed: a new module cannot have changed an old result
     unless an old module changed to use it.
     """
     today = _module_hashes(scheme)
-    return sorted(module for module, digest in modules.items() if today.get(module) != digest)
+    return sorted(module for module, digest in modules.items()
+                  if today.get(module) != digest and (within is None or module in within))
+
+
+def _imported(path: Path, package: Path) -> set[Path]:
+    """The source files of ``package`` (the folder of ``gmp``) that the module at ``path`` imports,
+    by any ``import`` statement anywhere in it (those inside functions too), with the ``__init__.py``
+    of every package on the way, which Python runs first."""
+    here = path.relative_to(package.parent).parts[:-1]  # the package the module is in
+    named = []
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            named += [alias.name.split(".") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = list(here[:len(here) - node.level + 1]) if node.level else []
+            module = base + (node.module.split(".") if node.module else [])
+            named += [module] + [module + [alias.name] for alias in node.names]
+    files = set()
+    for parts in named:
+        for end in range(1, len(parts) + 1):
+            if parts[0] != package.name:
+                break
+            folder = package.parent.joinpath(*parts[:end])
+            for candidate in (folder / "__init__.py", folder.with_suffix(".py")):
+                if candidate.is_file():
+                    files.add(candidate)
+    return files
+
+
+@functools.cache
+def chapter_modules(chapter: str) -> frozenset[str] | None:
+    """The modules of ``gmp`` (paths inside the package, as in :func:`code_fingerprint`) whose code
+    the results of ``chapter`` can depend on, or None where that cannot be told (no experiment
+    module or no page of that name).
+
+    They are those that ``gmp/__init__.py`` (which every chapter runs), the chapter's experiment
+    module and every ``gmp.<module>`` that its page names import, directly or through one another,
+    by static ``import`` statements (``gmp.config`` imports only the chapter's own experiment
+    module by name). Another chapter's experiment module, the runner and the benchmarks are not
+    among them unless one of those imports them.
+    """
+    package = Path(__file__).resolve().parent
+    root = repository_root()
+    experiment = package / "experiments" / f"{chapter}.py"
+    pages = sorted(root.glob(f"book/*/{chapter}.md")) if root else []
+    if not experiment.is_file() or len(pages) != 1:
+        return None
+    page = pages[0].read_text(encoding="utf-8")
+    named = {m.partition(".")[2] for m in re.findall(r"\bgmp(?:\.\w+)+", page)}
+    for module, names in re.findall(r"\bfrom\s+(gmp(?:\.\w+)*)\s+import\s+\(?([\w\s,]+)", page):
+        named |= {f"{module}.{name.split()[0]}".partition(".")[2] for name in names.split(",") if name.strip()}
+    todo = [package / "__init__.py", experiment]
+    for name in named:
+        parts = name.split(".")
+        todo += [package.joinpath(*parts[:end]).with_suffix(".py") for end in range(1, len(parts) + 1)]
+        todo += [package.joinpath(*parts[:end]) / "__init__.py" for end in range(1, len(parts) + 1)]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        todo += _imported(path, package)
+    return frozenset(p.relative_to(package).as_posix() for p in seen)
 
 
 def journal_code(entries: list[dict[str, Any]]) -> dict[str, tuple[dict[str, str], str]]:
@@ -585,8 +652,9 @@ def journal_code(entries: list[dict[str, Any]]) -> dict[str, tuple[dict[str, str
             if isinstance(entry.get("code"), str) and isinstance(entry.get("modules"), dict)}
 
 
-def resumed_code(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """How many units of journal ``entries`` today's code did not compute, and why.
+def resumed_code(entries: list[dict[str, Any]], chapter: str | None = None) -> dict[str, Any]:
+    """How many units of journal ``entries`` (of ``chapter``: only its :func:`chapter_modules` count)
+    today's code did not compute, and why.
 
     ``other_code_units``: units whose recorded code differs from today's, in the modules
     ``changed_modules``; ``code_not_recorded_units``: units journalled with no code
@@ -599,7 +667,7 @@ def resumed_code(entries: list[dict[str, Any]]) -> dict[str, Any]:
         recorded = codes.get(entry.get("code"))
         if recorded is None:
             unrecorded += 1
-        elif differ := changed_modules(*recorded):
+        elif differ := changed_modules(*recorded, chapter_modules(chapter) if chapter else None):
             other += 1
             changed.update(differ)
     return {"other_code_units": other, "code_not_recorded_units": unrecorded, "changed_modules": sorted(changed)}

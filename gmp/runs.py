@@ -191,7 +191,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     staging.mkdir(parents=True)
     journal = results_dir / "_partial" / f"{scale}-{cfg.digest}.jsonl"
     resumed = _results.journal_entries(journal)
-    resumed_code = _results.resumed_code(resumed)
+    resumed_code = _results.resumed_code(resumed, chapter)
     _announce_resume(chapter, journal, resumed_code)
     started = time.time()
     env = {_results.STAGING_ENV: str(staging), PROGRESS_ENV: "1", "GMP_SCALE": scale,
@@ -385,7 +385,7 @@ def verify(chapter: str, scale: str = "paper", unit: str | None = None, seed: in
     finally:
         if saved is not None:
             os.environ[_results.STAGING_ENV] = saved
-    code = _results.resumed_code([recorded[key]])
+    code = _results.resumed_code([recorded[key]], chapter)
     then = ("by code that differs from today's in " + ", ".join(code["changed_modules"]) if code["other_code_units"]
             else "with no code fingerprint recorded" if code["code_not_recorded_units"] else "by today's code")
     what = (f"unit {key!r} of {chapter} at {scale} scale, {source} (computed {then}), recomputed with today's code "

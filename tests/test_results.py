@@ -403,10 +403,10 @@ def test_a_cache_says_whether_the_code_changed_since_and_where_but_stays_current
         results.atomic_write_json(folder / "provenance.json", {**provenance, "code": code})
         entry = results.cached("fake_chapter", "summary")
         assert entry.status == "current" and entry.code_changed == changed
-    assert "CODE CHANGED since: the gmp modules experiments/chen_levy.py differ" in entry.describe()
+    assert "CODE CHANGED since: of the gmp modules this chapter imports, experiments/chen_levy.py differ" in entry.describe()
     assert "Cached paper-scale run (code changed since)" in entry.note().data
     results.atomic_write_json(folder / "provenance.json", {**provenance, "code": results.code_fingerprint()})
-    assert "The gmp code has not changed since this run finished." in results.cached("fake_chapter", "summary").describe()
+    assert "The gmp code this chapter imports has not changed since this run finished." in results.cached("fake_chapter", "summary").describe()
 
 
 def test_the_code_hash_leaves_out_documentation_comments_and_layout_but_not_code():
@@ -429,6 +429,33 @@ def test_a_fingerprint_recorded_before_the_syntax_hash_is_compared_with_the_file
     for modules, changed in ((source, ()), ({**source, "layers.py": "0" * 16}, ("layers.py",))):
         results.atomic_write_json(folder / "provenance.json", {**provenance, "code": {"digest": "d", "modules": modules}})
         assert results.cached("fake_chapter", "summary").code_changed == changed
+
+
+def test_a_chapter_counts_the_modules_it_imports_and_not_another_chapters_experiment():
+    modules = results.chapter_modules("chen_levy")
+    assert {"__init__.py", "experiments/chen_levy.py", "layers.py", "results.py", "train.py"} <= modules
+    assert "experiments/chen_levy_arms.py" in modules  # only the chapter's page imports it
+    assert not modules & {"experiments/sbsnn_author.py", "experiments/chen_uci.py", "bench.py"}
+    assert results.chapter_modules("no_such_chapter") is None
+    today = results.code_fingerprint()["modules"]
+    for module, listed in (("experiments/sbsnn_author.py", []), ("experiments/chen_levy_arms.py", ["experiments/chen_levy_arms.py"])):
+        recorded = {**today, module: "0" * 16}
+        assert results.changed_modules(recorded, results.CODE_HASH, modules) == listed
+        assert results.changed_modules(recorded, results.CODE_HASH) == [module]
+
+
+def test_imports_are_followed_through_relative_imports_functions_and_packages(tmp_path):
+    package = tmp_path / "gmp"
+    (package / "sub").mkdir(parents=True)
+    files = {"__init__.py": "from gmp import a\n", "a.py": "import numpy\ndef f():\n    from . import b\n",
+             "b.py": "", "sub/__init__.py": "", "sub/c.py": "from ..a import f\nfrom gmp.sub import d\n",
+             "sub/d.py": "import gmp.b\n", "unused.py": ""}
+    for name, text in files.items():
+        (package / name).write_text(text)
+    assert results._imported(package / "a.py", package) == {package / "__init__.py", package / "b.py"}
+    assert results._imported(package / "sub" / "c.py", package) == {
+        package / "__init__.py", package / "a.py", package / "sub" / "__init__.py", package / "sub" / "d.py"}
+    assert results._imported(package / "sub" / "d.py", package) == {package / "__init__.py", package / "b.py"}
 
 
 def test_an_unfinished_run_says_which_journalled_units_other_code_computed(chapter, tmp_path, monkeypatch):

@@ -208,7 +208,7 @@ def test_resuming_units_of_other_code_is_announced_and_recorded(book, capsys):
                                           "changed_modules": ["experiments/chen_levy.py"]}
     described = results.cached("fake_chapter", "summary", "smoke").describe()
     assert "1 of them by code that differs from today's in experiments/chen_levy.py" in described
-    assert "The gmp code has not changed since this run finished." in described  # not "unchanged" beside
+    assert "The gmp code this chapter imports has not changed since this run finished." in described  # not "unchanged" beside
     assert "unchanged" not in described  # "1 of them by code that differs", which would read as a contradiction
 
 
