@@ -186,9 +186,10 @@ class Cached:
     def describe(self) -> str:
         """One sentence on where this result comes from, for a chapter or the ledger."""
         command = f"`python -m gmp.runs {self.chapter} --scale {self.scale}`"
+        uses = chapter_modules(self.chapter)
         if self.status == "absent" and self.journalled:
             return (f"Not finished at {self.scale} scale: an unfinished run with the current config has journalled "
-                    f"{self.journalled} finished units{_units_code_text(self.units_code)}, and {command} resumes "
+                    f"{self.journalled} finished units{_units_code_text(self.units_code, uses)}, and {command} resumes "
                     f"from them. A claim is judged on them only where its rule says so.")
         if self.status == "absent":
             return f"Not yet run at {self.scale} scale: run {command}."
@@ -204,16 +205,20 @@ class Cached:
         if p.get("resumed_units"):
             when += (f" after resuming {p['resumed_units']} units journalled by earlier, interrupted attempts "
                      f"({_duration(p.get('resumed_seconds'))} of computing"
-                     f"{_units_code_text(p.get('resumed_code', {}))})")
+                     f"{_units_code_text(p.get('resumed_code', {}), uses, 'the run')})")
         checks = "" if "payload_sha256" in p else " Payload hashes not recorded (a cache written before they were)."
-        if self.code_changed is None:
+        code = p.get("code") if isinstance(p.get("code"), dict) else {}
+        scope = "gmp modules this chapter uses" if uses is not None else "gmp modules"
+        if self.code_changed is None and "modules" in code:
+            checks += (f" Code fingerprint hashed as {code.get('hash')!r}, which this gmp cannot compare, so whether "
+                       f"gmp has changed since is unknown.")
+        elif self.code_changed is None:
             checks += " Code fingerprint not recorded, so whether gmp has changed since is unknown."
         elif self.code_changed:
-            checks += (f" CODE CHANGED since: of the gmp modules this chapter imports, {', '.join(self.code_changed)} "
-                       f"differ from those of that run; the numbers are that run's (rerun {command} to recompute "
-                       f"them).")
+            checks += (f" CODE CHANGED since: of the {scope}, {', '.join(self.code_changed)} differ from those of "
+                       f"that run; the numbers are that run's (rerun {command} to recompute them).")
         else:
-            checks += " The gmp code this chapter imports has not changed since this run finished."
+            checks += f" The code of the {scope} has not changed since this run finished."
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
@@ -235,12 +240,15 @@ class Cached:
                     f"<p>{_inline_code(html.escape(self.describe()))}</p></div>")
 
 
-def _units_code_text(summary: Mapping[str, Any]) -> str:
-    """The part of a sentence on journalled units that today's code did not compute (see :func:`resumed_code`)."""
+def _units_code_text(summary: Mapping[str, Any], within: Collection[str] | None = None, than: str = "today") -> str:
+    """The part of a sentence on journalled units that the code of ``than`` (today's, or the run's that
+    resumed them) did not compute (see :func:`resumed_code`), naming only the changed modules in
+    ``within`` (a chapter's :func:`chapter_modules`) when given."""
     parts = []
-    if summary.get("other_code_units"):
-        parts.append(f"{summary['other_code_units']} of them by code that differs from today's in "
-                     f"{', '.join(summary['changed_modules'])}")
+    changed = [m for m in summary.get("changed_modules", []) if within is None or m in within]
+    if summary.get("other_code_units") and changed:
+        parts.append(f"{summary['other_code_units']} of them by code that differs from {than}'s in "
+                     f"{', '.join(changed)}")
     if summary.get("code_not_recorded_units"):
         parts.append(f"{summary['code_not_recorded_units']} of them with no code fingerprint recorded")
     return "; " + "; ".join(parts) if parts else ""
@@ -529,16 +537,33 @@ can change without changing the fingerprint. Fingerprints recorded before it (wi
 hashed each file's bytes, ``"source"``, and are compared with today's files the same way."""
 
 
+def _tree(node: Any) -> Any:
+    """A syntax tree as nested lists, the same under every Python that gmp supports (``ast.dump``
+    differs between 3.11, 3.12 and 3.13): each node as its class name and its fields that are
+    neither None nor empty, by name; bare string statements, and the empty strings that 3.12 puts
+    in an f-string's parts, left out."""
+    if node is None:
+        return None
+    if isinstance(node, ast.JoinedStr):
+        return ["JoinedStr", ["values", _tree([v for v in node.values
+                                               if not (isinstance(v, ast.Constant) and v.value == "")])]]
+    if isinstance(node, list):
+        return [_tree(item) for item in node if not (isinstance(item, ast.Expr) and isinstance(item.value, ast.Constant)
+                                                     and isinstance(item.value.value, str))]
+    if isinstance(node, ast.AST):
+        fields = ((name, _tree(getattr(node, name, None))) for name in node._fields)
+        return [type(node).__name__, *([name, value] for name, value in fields if value is not None and value != [])]
+    return repr(node)
+
+
 def _syntax_digest(source: bytes) -> str:
-    """SHA-256 (16 hex digits) of a module's syntax tree without its bare string statements."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(node, field, None)
-            if isinstance(block, list):
-                block[:] = [s for s in block if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-                                                     and isinstance(s.value.value, str))]
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
+    """SHA-256 (16 hex digits) of a module's syntax tree without its bare string statements; of its
+    bytes, marked as such, when it does not parse (a scratch file must not stop every chapter)."""
+    try:
+        tree = json.dumps(_tree(ast.parse(source)))
+    except SyntaxError:
+        return "b" + hashlib.sha256(source).hexdigest()[:15]
+    return hashlib.sha256(tree.encode()).hexdigest()[:16]
 
 
 @functools.cache
@@ -572,15 +597,16 @@ def code_fingerprint() -> dict[str, Any]:
 def changed_modules(modules: Mapping[str, str], scheme: str = "source",
                     within: Collection[str] | None = None) -> list[str]:
     """The modules of a recorded fingerprint's ``modules``, hashed under ``scheme`` (its ``"hash"``;
-    ``"source"`` when it records none), that today's code has changed or removed; only those in
-    ``within`` when given (a chapter's :func:`chapter_modules`).
+    ``"source"`` when it records none), that today's code has changed or removed; of the changed
+    ones, only those in ``within`` when given (a chapter's :func:`chapter_modules`); a removed one
+    is always listed.
 
     Modules added since are not listed: a new module cannot have changed an old result
     unless an old module changed to use it.
     """
     today = _module_hashes(scheme)
     return sorted(module for module, digest in modules.items()
-                  if today.get(module) != digest and (within is None or module in within))
+                  if module not in today or (today[module] != digest and (within is None or module in within)))
 
 
 def _imported(path: Path, package: Path) -> set[Path]:
@@ -615,10 +641,11 @@ def chapter_modules(chapter: str) -> frozenset[str] | None:
     module or no page of that name).
 
     They are those that ``gmp/__init__.py`` (which every chapter runs), the chapter's experiment
-    module and every ``gmp.<module>`` that its page names import, directly or through one another,
-    by static ``import`` statements (``gmp.config`` imports only the chapter's own experiment
-    module by name). Another chapter's experiment module, the runner and the benchmarks are not
-    among them unless one of those imports them.
+    module, the runner ``gmp.runs`` (which sets a paper-scale run's parameters, seeds and threads)
+    and every ``gmp.<module>`` that its page names (in code or prose) import, directly or through
+    one another, by static ``import`` statements (``gmp.config`` imports only the chapter's own
+    experiment module by name). Another chapter's experiment module and the benchmarks are not
+    among them unless one of those imports them. The page's own code is not fingerprinted.
     """
     package = Path(__file__).resolve().parent
     root = repository_root()
@@ -630,7 +657,7 @@ def chapter_modules(chapter: str) -> frozenset[str] | None:
     named = {m.partition(".")[2] for m in re.findall(r"\bgmp(?:\.\w+)+", page)}
     for module, names in re.findall(r"\bfrom\s+(gmp(?:\.\w+)*)\s+import\s+\(?([\w\s,]+)", page):
         named |= {f"{module}.{name.split()[0]}".partition(".")[2] for name in names.split(",") if name.strip()}
-    todo = [package / "__init__.py", experiment]
+    todo = [package / "__init__.py", experiment, package / "runs.py"]
     for name in named:
         parts = name.split(".")
         todo += [package.joinpath(*parts[:end]).with_suffix(".py") for end in range(1, len(parts) + 1)]

@@ -1,3 +1,4 @@
+import ast
 import json
 import os
 import stat
@@ -403,10 +404,10 @@ def test_a_cache_says_whether_the_code_changed_since_and_where_but_stays_current
         results.atomic_write_json(folder / "provenance.json", {**provenance, "code": code})
         entry = results.cached("fake_chapter", "summary")
         assert entry.status == "current" and entry.code_changed == changed
-    assert "CODE CHANGED since: of the gmp modules this chapter imports, experiments/chen_levy.py differ" in entry.describe()
+    assert "CODE CHANGED since: of the gmp modules, experiments/chen_levy.py differ" in entry.describe()
     assert "Cached paper-scale run (code changed since)" in entry.note().data
     results.atomic_write_json(folder / "provenance.json", {**provenance, "code": results.code_fingerprint()})
-    assert "The gmp code this chapter imports has not changed since this run finished." in results.cached("fake_chapter", "summary").describe()
+    assert "The code of the gmp modules has not changed since this run finished." in results.cached("fake_chapter", "summary").describe()
 
 
 def test_the_code_hash_leaves_out_documentation_comments_and_layout_but_not_code():
@@ -416,6 +417,20 @@ def test_the_code_hash_leaves_out_documentation_comments_and_layout_but_not_code
     for edit in (source.replace("x + X", "x - X"), source.replace("return", 'print("why")\n    return'),
                  source.replace("X = 1", "X = 1.0")):
         assert results._syntax_digest(edit.encode()) != results._syntax_digest(source.encode()), edit
+    # Python 3.12 puts empty strings among an f-string's parts where 3.11 and 3.13 do not.
+    parts = [ast.Constant("a"), ast.FormattedValue(ast.Name("x", ast.Load()), -1, None)]
+    assert results._tree(ast.JoinedStr(parts + [ast.Constant("")])) == results._tree(ast.JoinedStr(parts))
+    assert results._tree(ast.Call(ast.Name("f", ast.Load()), [ast.Constant("")], [])) != \
+        results._tree(ast.Call(ast.Name("f", ast.Load()), [], []))  # f("") is not f()
+    assert results._syntax_digest(b"def broken(:\n") != results._syntax_digest(b"def broken(:\n\n")  # bytes, no error
+
+
+def test_a_fingerprint_in_an_unknown_hash_says_so(chapter, tmp_path):
+    folder = _publish(tmp_path, "paper", {"gap": 0.25}, config.load("fake_chapter", "paper").digest)
+    provenance = json.loads((folder / "provenance.json").read_text())
+    results.atomic_write_json(folder / "provenance.json", {**provenance, "code": {"digest": "d", "modules": {}, "hash": "md5"}})
+    entry = results.cached("fake_chapter", "summary")
+    assert entry.code_changed is None and "hashed as 'md5', which this gmp cannot compare" in entry.describe()
 
 
 def test_a_fingerprint_recorded_before_the_syntax_hash_is_compared_with_the_files_bytes(chapter, tmp_path):
@@ -425,7 +440,6 @@ def test_a_fingerprint_recorded_before_the_syntax_hash_is_compared_with_the_file
     folder = _publish(tmp_path, "paper", {"gap": 0.25}, config.load("fake_chapter", "paper").digest)
     provenance = json.loads((folder / "provenance.json").read_text())
     source = module_digests(ROOT / "gmp")
-    assert source != results.code_fingerprint()["modules"]
     for modules, changed in ((source, ()), ({**source, "layers.py": "0" * 16}, ("layers.py",))):
         results.atomic_write_json(folder / "provenance.json", {**provenance, "code": {"digest": "d", "modules": modules}})
         assert results.cached("fake_chapter", "summary").code_changed == changed
@@ -436,12 +450,17 @@ def test_a_chapter_counts_the_modules_it_imports_and_not_another_chapters_experi
     assert {"__init__.py", "experiments/chen_levy.py", "layers.py", "results.py", "train.py"} <= modules
     assert "experiments/chen_levy_arms.py" in modules  # only the chapter's page imports it
     assert not modules & {"experiments/sbsnn_author.py", "experiments/chen_uci.py", "bench.py"}
+    assert "runs.py" in results.chapter_modules("chen_banana")  # the runner, whether or not the page names it
     assert results.chapter_modules("no_such_chapter") is None
     today = results.code_fingerprint()["modules"]
     for module, listed in (("experiments/sbsnn_author.py", []), ("experiments/chen_levy_arms.py", ["experiments/chen_levy_arms.py"])):
         recorded = {**today, module: "0" * 16}
         assert results.changed_modules(recorded, results.CODE_HASH, modules) == listed
         assert results.changed_modules(recorded, results.CODE_HASH) == [module]
+    assert results.changed_modules({**today, "gone.py": "0" * 16}, results.CODE_HASH, modules) == ["gone.py"]
+    resumed = {"other_code_units": 2, "changed_modules": ["experiments/sbsnn_author.py"]}
+    assert results._units_code_text(resumed, modules) == ""
+    assert results._units_code_text(resumed) == "; 2 of them by code that differs from today's in experiments/sbsnn_author.py"
 
 
 def test_imports_are_followed_through_relative_imports_functions_and_packages(tmp_path):

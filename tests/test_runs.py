@@ -207,8 +207,8 @@ def test_resuming_units_of_other_code_is_announced_and_recorded(book, capsys):
     assert provenance["resumed_code"] == {"other_code_units": 1, "code_not_recorded_units": 1,
                                           "changed_modules": ["experiments/chen_levy.py"]}
     described = results.cached("fake_chapter", "summary", "smoke").describe()
-    assert "1 of them by code that differs from today's in experiments/chen_levy.py" in described
-    assert "The gmp code this chapter imports has not changed since this run finished." in described  # not "unchanged" beside
+    assert "1 of them by code that differs from the run's in experiments/chen_levy.py" in described
+    assert "The code of the gmp modules has not changed since this run finished." in described  # not "unchanged" beside
     assert "unchanged" not in described  # "1 of them by code that differs", which would read as a contradiction
 
 
