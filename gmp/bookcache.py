@@ -42,6 +42,9 @@ def package_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
+CODE_CELL = re.compile(r"^```\{code-cell\}", re.M)
+"""A code cell of a MyST-NB page: a page with one is a notebook that Jupyter Book executes."""
+
 READS_OTHER = re.compile(r"""\bcached\(\s*["'](\w+)["']""")
 """A page's call ``gmp.results.cached("<chapter>", ...)``, by which it reads that chapter's cached results too."""
 
@@ -66,7 +69,10 @@ def invalidate(path_output: Path, root: Path) -> list[str]:
 
     A changed page has its cached execution dropped and its modification time refreshed,
     so that Sphinx reads it again (Sphinx only re-reads sources newer than its last read).
-    The claims ledger reads every chapter's results, so it joins any change.
+    The claims ledger reads every chapter's results, so it joins any change. A page with code
+    cells that has no cached execution (its last one failed, say for want of data, or it is
+    executed on every read) is read again too: else Sphinx keeps the outputs of the failed
+    execution, and the next build passes with them missing.
     """
     cache_dir = path_output / "_build" / ".jupyter_cache"
     state_file = path_output / "_build" / ".gmp-fingerprints.json"
@@ -78,15 +84,20 @@ def invalidate(path_output: Path, root: Path) -> list[str]:
     ledger = str((root / "book" / "claims.md").resolve())
     if changed and ledger in current and ledger not in changed:
         changed.append(ledger)
-    for uri in changed:
-        os.utime(uri)
-    if changed and cache_dir.is_dir():
+    records = []
+    if cache_dir.is_dir():
         from jupyter_cache import get_cache
 
         cache = get_cache(cache_dir)
-        for record in cache.list_cache_records():
+        records = cache.list_cache_records()
+        for record in records:
             if str(Path(record.uri).resolve()) in changed:
                 cache.remove_cache(record.pk)
+    executed = {str(Path(record.uri).resolve()) for record in records}
+    changed += [uri for uri in current if uri not in changed and uri not in executed
+                and CODE_CELL.search(Path(uri).read_text(encoding="utf-8"))]
+    for uri in changed:
+        os.utime(uri)
     state_file.parent.mkdir(parents=True, exist_ok=True)
     state_file.write_text(json.dumps(current, indent=1))
     return changed
@@ -102,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     changed = invalidate(Path(args.path_output), root)
     if changed:
         print(f"gmp.bookcache: {len(changed)} page(s) will be read and executed again "
-              f"(gmp or their cached results changed): {', '.join(Path(u).stem for u in changed)}")
+              f"(gmp or their cached results changed, or they have no cached execution): "
+              f"{', '.join(Path(u).stem for u in changed)}")
     return 0
 
 

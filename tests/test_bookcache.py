@@ -69,3 +69,16 @@ def test_a_page_that_reads_another_chapters_cache_is_invalidated_by_it(tmp_path)
     (results / "arms.json").write_text("{}")
     assert bookcache.fingerprint(page, tmp_path) != before
     assert bookcache.fingerprint(other, tmp_path) == other_before  # chen_uci names no other chapter
+
+
+def test_a_notebook_page_whose_last_execution_failed_is_read_again(tmp_path):
+    """A failed execution is not cached; unless the page is read again, Sphinx keeps its empty outputs."""
+    page, other = _repo(tmp_path)
+    page.write_text("# Levy\n\n```{code-cell} ipython3\nx = 1\n```\n")
+    assert len(bookcache.invalidate(tmp_path, tmp_path)) == 2  # first call: nothing known
+    for p in (page, other):
+        os.utime(p, (1_000_000, 1_000_000))
+    assert bookcache.invalidate(tmp_path, tmp_path) == [str(page.resolve())]  # not executed, nor cached
+    assert page.stat().st_mtime > 1_000_000 and other.stat().st_mtime == 1_000_000
+    _cache_pages(tmp_path, page)
+    assert bookcache.invalidate(tmp_path, tmp_path) == []
