@@ -144,6 +144,13 @@ class AuthorEncoding(nn.Module):
             raise ValueError(f"scale_factor must be a positive number, got {scale_factor!r}")
         if matrices not in ("author", "rotations"):
             raise ValueError(f"matrices must be 'author' or 'rotations', got {matrices!r}")
+        reach = 2.0 if rotated else 1.0  # bounds |coordinate| of every copy of a point of [-1, 1]^2 (1.37 for 'author')
+        most = math.frexp(torch.finfo(torch.float64).max / reach)[1]  # K - 1 < log2(max / reach)
+        if width // per > most:
+            raise ValueError(f"width={width} gives K = {width // per} frequencies up to 2^{width // per - 1}, and its "
+                             f"angles on coordinates in [-1, 1] overflow float64 (in which the features are "
+                             f"computed) to inf, so the features would be NaN; at most K = {most}, width "
+                             f"{most * per}, is accepted{' for the rotated encoder' if rotated else ''}")
         self.width = width
         self.rotated = bool(rotated)
         self.scale_factor = float(scale_factor)

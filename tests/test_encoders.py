@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gmp import PositionalEncoding
-from gmp.encoders import rotation_matrix
+from gmp.encoders import AuthorEncoding, rotation_matrix
 
 
 @pytest.mark.parametrize("levels,dim", [(1, 1), (4, 2), (6, 2), (3, 5)])
@@ -131,3 +131,13 @@ def test_float32_and_float64_outputs_are_computed_as_before(rotated):
         before = torch.cat([math.sqrt(2.0) * torch.stack((a.sin(), a.cos()), dim=-1).flatten(start_dim=-3)
                             for a in angles], dim=-1)
         assert torch.equal(enc(q), before)
+
+
+@pytest.mark.parametrize("rotated, per, most", [(False, 4, 1024), (True, 12, 1023)])
+def test_author_encoding_refuses_widths_whose_angles_overflow_float64(rotated, per, most):
+    """K = 1025 frequencies reach 2^1024, which float64 cannot hold: the features would be NaN. The widest
+    accepted encoder gives finite features at the corners of [-1, 1]^2 (the rotated copies reach 1.37)."""
+    corners = torch.tensor([[1.0, 1.0], [-1.0, 1.0], [1.0, -1.0], [-1.0, -1.0]], dtype=torch.float64)
+    assert torch.isfinite(AuthorEncoding(most * per, rotated=rotated)(corners)).all()
+    with pytest.raises(ValueError, match=f"at most K = {most}, width {most * per}, is accepted"):
+        AuthorEncoding((most + 1) * per, rotated=rotated)

@@ -1,6 +1,7 @@
 """The download path of gmp.data.fetch, against a local HTTP server on 127.0.0.1."""
 
 import hashlib
+import os
 import http.server
 import socket
 import threading
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gmp.data import DataUnavailableError, _fetch, fetch
+from gmp.data import DataUnavailableError, fetch
 
 PAYLOAD = b"0.1 0.2 3.0\n0.4 0.5 6.0\n"
 SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -81,7 +82,7 @@ def data_dir(tmp_path, monkeypatch):
     for proxy in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(proxy, raising=False)  # 127.0.0.1 must be reached directly
     monkeypatch.setenv("GMP_DATA", str(root))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the verification cache of this test
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # where a cache outside GMP_DATA would go
     return root
 
 
@@ -161,22 +162,21 @@ def test_a_file_put_in_place_by_hand_is_verified_too(data_dir, corrupt):
     assert fetch("uci/demo/data.txt", "http://127.0.0.1:9/table.txt", SHA) == target
 
 
-def test_verification_is_cached_outside_gmp_data_and_redone_when_the_file_changes(data_dir, tmp_path, monkeypatch):
+def test_bit_rot_that_keeps_size_and_mtime_is_caught_on_the_next_read(data_dir, tmp_path):
+    """Every read hashes the file: a flipped byte with the file's size and mtime restored (bit rot) is
+    refused after any number of verified reads, and nothing is written outside GMP_DATA."""
     target = data_dir / "uci" / "demo" / "data.txt"
     target.parent.mkdir(parents=True)
     target.write_bytes(PAYLOAD)
-    hashed = []
-    real = _fetch.sha256_of
-    monkeypatch.setattr(_fetch, "sha256_of", lambda path: hashed.append(path) or real(path))
-    for _ in range(3):
+    for _ in range(2):
         fetch("uci/demo/data.txt", "http://127.0.0.1:9/table.txt", SHA)
-    assert len(hashed) == 1  # the second and third reads cost no hashing
-    assert _fetch.verified_cache().is_relative_to(tmp_path / "xdg") and _fetch.verified_cache().is_file()
-    assert _leftovers(data_dir) == ["data.txt"]  # nothing written into GMP_DATA
-    target.write_bytes(PAYLOAD[:-2] + b"7\n")  # same size, new mtime
+    stat = target.stat()
+    target.write_bytes(PAYLOAD[:-2] + b"7\n")
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert target.stat().st_size == stat.st_size and target.stat().st_mtime_ns == stat.st_mtime_ns
     with pytest.raises(DataUnavailableError, match="corrupt"):
         fetch("uci/demo/data.txt", "http://127.0.0.1:9/table.txt", SHA)
-    assert len(hashed) == 2
+    assert not (tmp_path / "xdg").exists() and _leftovers(data_dir) == ["data.txt"]
 
 
 def test_missing_file_with_download_disabled_raises_at_once(server, data_dir):
