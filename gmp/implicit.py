@@ -28,7 +28,7 @@ from gmp.encoders import PositionalEncoding
 from gmp.models.implicit import SIREN_OMEGA_0, ImplicitMLP, Siren
 from gmp.progress import bar
 from gmp.results import atomic_write_bytes
-from gmp.train import load_checkpoint
+from gmp.train import check_fit_arguments, load_checkpoint, restore_state
 from gmp import style
 
 
@@ -171,12 +171,8 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
     It holds tensors and plain values only and is read with ``weights_only=True``
     (:func:`gmp.train.load_checkpoint`).
     """
-    if steps < 1 or lr <= 0:
-        raise ValueError(f"need steps >= 1 and lr > 0, got steps={steps!r}, lr={lr!r}")
-    if checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be at least 1, got {checkpoint_every!r}")
-    if coords.shape[0] != pixels.shape[0]:
-        raise ValueError(f"coords and pixels differ in length: {coords.shape[0]} vs {pixels.shape[0]}")
+    check_fit_arguments(coords, pixels, lr=lr, names=("coords", "pixels"), stop_below=stop_below,
+                        counts={"steps": steps, "checkpoint_every": checkpoint_every}, at_least_zero={"min_steps": min_steps})
     snapshot_steps = sorted(set(snapshot_steps))
     if snapshot_steps and not 0 <= snapshot_steps[0] <= snapshot_steps[-1] < steps:
         raise ValueError(f"snapshot steps must lie in [0, {steps}), got {snapshot_steps}")
@@ -206,10 +202,10 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
         if state["settings"] != settings:
             raise ValueError(f"checkpoint {checkpoint} was written by a fit with settings {state['settings']}, "
                              f"not {settings}; delete it or pass another checkpoint file")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        restore_state(checkpoint, "model", lambda: model.load_state_dict(state["model"]))
+        restore_state(checkpoint, "optimizer", lambda: optimizer.load_state_dict(state["optimizer"]))
         if scheduler is not None:
-            scheduler.load_state_dict(state["scheduler"])
+            restore_state(checkpoint, "scheduler", lambda: scheduler.load_state_dict(state["scheduler"]))
         mse[:], psnrs[:], lrs[:] = (state[k].cpu().numpy() for k in ("mse", "psnr", "lr"))
         snapshots = {step: image.cpu().numpy() for step, image in state["snapshots"].items()}
         diverged_at = state["diverged_at"]

@@ -45,7 +45,7 @@ from gmp.activations import activation as _activation
 from gmp.models.implicit import SIREN_OMEGA_0
 from gmp.progress import bar
 from gmp.results import atomic_write_bytes
-from gmp.train import load_checkpoint
+from gmp.train import check_fit_arguments, load_checkpoint, restore_state
 
 CHECKPOINT_KEYS = ("settings", "epoch", "seconds", "lrs", "diverged", "params", "m", "v", "t", "generators",
                    "plateaus", "curves")
@@ -363,17 +363,18 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
     ``compile`` runs the loss and the Adam update through ``torch.compile`` (eager on failure).
     ``keep``, a dict, receives the trained :class:`StackedNetworks` under ``"model"``.
     """
+    if not isinstance(seeds, Sequence) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise TypeError(f"seeds must be a list of integers, one per network, got {seeds!r}")
     count = len(seeds)
-    lrs0 = [float(lr)] * count if isinstance(lr, (int, float)) else [float(v) for v in lr]
-    if epochs < 1 or batch_size < 1 or len(lrs0) != count or min(lrs0) <= 0:
-        raise ValueError(f"need epochs >= 1, batch_size >= 1 and one positive lr per seed; got epochs={epochs!r}, "
-                         f"batch_size={batch_size!r}, lr={lr!r} for {count} seeds")
+    spec_layers = list(spec_layers)
+    lrs0 = check_fit_arguments(inputs, targets, lr=lr, networks=count, stop_below=stop_below, heldout=heldout,
+                               counts={"epochs": epochs, "batch_size": batch_size, "eval_chunk": eval_chunk,
+                                       "checkpoint_every": checkpoint_every},
+                               in_features=spec_layers[0].fan_in if spec_layers else None)
+    lrs0 = lrs0 * count if len(lrs0) == 1 else lrs0
     if inputs.dim() == 2:
         inputs = inputs.unsqueeze(0).expand(count, -1, -1)
     pixels = targets.shape[0]
-    if inputs.shape[:2] != (count, pixels) or targets.dim() != 2:
-        raise ValueError(f"inputs must be (pixels, features) or ({count}, pixels, features) and targets "
-                         f"(pixels, 1); got {tuple(inputs.shape)} and {tuple(targets.shape)}")
     device = torch.device(device)
     mask = torch.ones(pixels, dtype=torch.bool)
     if heldout is not None:
@@ -403,17 +404,27 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
         if state["settings"] != settings:
             raise ValueError(f"checkpoint {checkpoint} was written by a fit with other settings; delete it or "
                              f"pass another checkpoint file")
-        with torch.no_grad():
-            for p, saved in zip(params, state["params"]):
-                p.copy_(saved)
-        optimizer.m, optimizer.v, optimizer.t = state["m"], state["v"], state["t"]
-        for g, saved in zip(generators, state["generators"]):
-            g.set_state(saved)
-        if plateaus:
-            for p, saved in zip(plateaus, state["plateaus"]):
+        def resume() -> None:
+            nonlocal curves, lrs, diverged, start, spent
+            for name, saved in (("params", state["params"]), ("m", state["m"]), ("v", state["v"])):
+                if [tuple(t.shape) for t in saved] != [tuple(p.shape) for p in params]:
+                    raise ValueError(f"its {name!r} holds tensors of shapes {[tuple(t.shape) for t in saved]}, "
+                                     f"not {[tuple(p.shape) for p in params]}")
+            if len(state["generators"]) != count or (plateaus and len(state["plateaus"]) != count):
+                raise ValueError(f"its random generators or schedules are not one per network ({count})")
+            with torch.no_grad():
+                for p, saved in zip(params, state["params"]):
+                    p.copy_(saved)
+            optimizer.m, optimizer.v, optimizer.t = state["m"], state["v"], int(state["t"])
+            for g, saved in zip(generators, state["generators"]):
+                g.set_state(saved)
+            for p, saved in zip(plateaus or [], state["plateaus"] or []):
                 p.load(saved)
-        curves = {k: v.numpy() for k, v in state["curves"].items()}
-        lrs, diverged, start, spent = state["lrs"], state["diverged"], state["epoch"], state["seconds"]
+            curves = {k: state["curves"][k].numpy() for k in curves}
+            lrs, diverged = [float(v) for v in state["lrs"]], list(state["diverged"])
+            start, spent = int(state["epoch"]), float(state["seconds"])
+
+        restore_state(checkpoint, "training state", resume)
 
     def batch_losses(x: Tensor, y: Tensor) -> Tensor:
         return ((model(x) - y) ** 2).mean(dim=(1, 2))

@@ -301,10 +301,10 @@ def load_checkpoint(path: Path, map_location: torch.device | str = "cpu",
     except pickle.UnpicklingError as err:
         text = str(err)
         if "GLOBAL" in text or "allowlist" in text:  # torch's weights-only unpickler refused an object
-            line = next((part.strip() for part in text.splitlines() if "WeightsUnpickler error" in part),
-                        text.splitlines()[0])
+            what = text.rpartition("WeightsUnpickler error:")[2].strip().split(". ")[0].split("\n")[0].rstrip(".")
             raise ValueError(f"checkpoint {path} holds objects other than tensors and plain values, so it is not "
-                             f"loaded; delete it to start afresh ({line})") from None
+                             f"loaded, since unpickling them could run code from the file; delete it to start "
+                             f"afresh (torch: {what})") from None
         raise damaged(f"its pickle cannot be read: {' '.join(text.split())[-200:]}") from None
     except (EOFError, KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
         raise damaged(f"its pickle cannot be read: {type(err).__name__}: {err}") from None
@@ -326,6 +326,102 @@ def checkpoint_state(state: Any, path: Path, keys: Iterable[str]) -> dict[str, A
         raise ValueError(f"checkpoint {path} lacks the entries {', '.join(map(repr, missing))}, so it was not "
                          f"written by this fit; delete it to start afresh")
     return state
+
+
+def restore_state(path: Path, what: str, load: Callable[[], Any]) -> None:
+    """Run ``load()`` (e.g. ``model.load_state_dict(state["model"])``) on ``what`` read from checkpoint
+    ``path``; a state that does not fit (wrong keys, shapes or types) is refused as damage, with the
+    file named and "delete it to start afresh", rather than as torch's own error."""
+    try:
+        load()
+    except (RuntimeError, KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
+        text = " ".join(str(err).split())
+        raise ValueError(f"checkpoint {path}: its {what} does not fit this fit ({type(err).__name__}: "
+                         f"{text[:300]}); delete it to start afresh") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_fit_arguments(inputs: Tensor, targets: Tensor, *, lr: Any, names: tuple[str, str] = ("inputs", "targets"),
+                        counts: Mapping[str, Any] | None = None, at_least_zero: Mapping[str, Any] | None = None,
+                        networks: int | None = None, stop_below: Any = None, heldout: Any = None,
+                        in_features: int | None = None) -> list[float]:
+    """Check the arguments of a fit before any training; return its learning rates as floats.
+
+    The one validation of :func:`gmp.implicit.fit_image` and :func:`gmp.minibatch.fit_stack`, so
+    that bad input raises a ``TypeError`` or ``ValueError`` naming the argument instead of training
+    into NaN curves that read as "diverged at epoch 1":
+
+    * ``inputs`` (``names[0]``): a floating-point tensor ``(pixels, features)``, or
+      ``(networks, pixels, features)``, with at least one pixel, all finite, and ``in_features``
+      features when given; ``targets`` (``names[1]``): floating point ``(pixels, 1)``, all finite;
+    * ``lr``: a finite number > 0, or (with ``networks``) one such number per network;
+    * ``counts``: integers >= 1 by name (``epochs``, ``batch_size``, ...); ``at_least_zero``:
+      integers >= 0; ``bool`` is not an integer here;
+    * ``stop_below``: None or a finite number >= 0 (NaN would never stop a fit and could not
+      match its own checkpoint's settings);
+    * ``heldout``: None or distinct integer indices of pixels, leaving at least one to train on.
+    """
+    for least, named in ((1, counts or {}), (0, at_least_zero or {})):
+        for name, value in named.items():
+            if not _is_int(value):
+                raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+            if value < least:
+                raise ValueError(f"{name} must be at least {least}, got {value!r}")
+    if networks is not None and (not _is_int(networks) or networks < 1):
+        raise ValueError(f"need at least one seed (one network per seed), got {networks!r} networks")
+    if networks is not None and not _is_number(lr):
+        if not isinstance(lr, Sequence) or isinstance(lr, str):
+            raise TypeError(f"lr must be a number or one number per seed, got {lr!r}")
+        if len(lr) != networks:
+            raise ValueError(f"lr gives {len(lr)} rates for {networks} seeds; give one per seed or a single number")
+    rates = [lr] if _is_number(lr) or networks is None else list(lr)
+    for rate in rates:
+        if not _is_number(rate):
+            raise TypeError(f"lr must be a number (one per seed), got {rate!r}")
+        if not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"lr must be a finite number > 0, got {rate!r}" + (f" (in lr={lr!r})" if lr is not rate else ""))
+    if stop_below is not None and not (_is_number(stop_below) and math.isfinite(stop_below) and stop_below >= 0):
+        raise ValueError(f"stop_below must be None or a finite number >= 0, got {stop_below!r}")
+    x_name, y_name = names
+    for name, tensor in ((x_name, inputs), (y_name, targets)):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(tensor).__name__}")
+        if not tensor.is_floating_point():
+            raise TypeError(f"{name} must be floating point, got dtype {tensor.dtype}; convert it, e.g. {name}.float()")
+    allowed = (2, 3) if networks is not None else (2,)
+    if inputs.dim() not in allowed or (inputs.dim() == 3 and inputs.shape[0] != networks):
+        shapes = "(pixels, features)" + (f" or ({networks}, pixels, features)" if networks is not None else "")
+        raise ValueError(f"{x_name} must be {shapes}, got shape {tuple(inputs.shape)}")
+    pixels = inputs.shape[-2]
+    if targets.shape != (pixels, 1):
+        raise ValueError(f"{y_name} must be (pixels, 1) = ({pixels}, 1) to match {x_name} of shape "
+                         f"{tuple(inputs.shape)}, got shape {tuple(targets.shape)}")
+    if pixels == 0:
+        raise ValueError(f"{x_name} and {y_name} hold no pixels (an empty image)")
+    if in_features is not None and inputs.shape[-1] != in_features:
+        raise ValueError(f"{x_name} has {inputs.shape[-1]} features but the first layer takes {in_features}")
+    for name, tensor in ((x_name, inputs), (y_name, targets)):
+        bad = (~torch.isfinite(tensor)).sum().item()
+        if bad:
+            raise ValueError(f"{name} holds {bad} NaN or infinite values; a fit on them would only produce NaN")
+    if heldout is not None:
+        if not isinstance(heldout, Tensor) or heldout.is_floating_point() or heldout.dim() != 1:
+            raise TypeError(f"heldout must be a 1-D tensor of integer pixel indices (see heldout_pixels), got {heldout!r}")
+        if heldout.numel() and not (0 <= heldout.min().item() and heldout.max().item() < pixels):
+            raise ValueError(f"heldout indices must lie in [0, {pixels}), got {heldout.min().item()} to "
+                             f"{heldout.max().item()}")
+        if heldout.unique().numel() != heldout.numel():
+            raise ValueError("heldout lists a pixel twice")
+        if heldout.numel() >= pixels:
+            raise ValueError(f"heldout covers all {pixels} pixels, so none is left to train on")
+    return [float(rate) for rate in rates]
 
 
 def predict(model: nn.Module, x: Tensor, *, batch_size: int | None = None) -> Tensor:

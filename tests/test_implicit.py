@@ -272,3 +272,40 @@ def test_siren_scale_multiplies_the_first_layers_output_and_nothing_else():
     assert build_model({"model": "sbsnn", "activation": "sin", "siren_scale": 2.0}).net[0].scale == 2.0
     with pytest.raises(ValueError, match="scale"):
         SineLayer(2, 4, scale=-1.0)
+
+
+@pytest.mark.parametrize("change, error, message", [
+    ({"lr": float("nan")}, ValueError, "lr must be a finite number > 0, got nan"),
+    ({"pixels": torch.rand(64)}, ValueError, r"pixels must be \(pixels, 1\)"),
+    ({"coords": torch.zeros(0, 2), "pixels": torch.zeros(0, 1)}, ValueError, "hold no pixels"),
+    ({"pixels": torch.full((64, 1), float("nan"))}, ValueError, "pixels holds 64 NaN"),
+    ({"coords": torch.zeros(64, 2, dtype=torch.long)}, TypeError, "coords must be floating point"),
+    ({"steps": 2.5}, TypeError, "steps must be an integer"),
+    ({"stop_below": float("nan")}, ValueError, "stop_below must be None or a finite number"),
+    ({"min_steps": -1}, ValueError, "min_steps must be at least 0"),
+])
+def test_fit_image_refuses_bad_arguments_with_the_same_validation_as_fit_stack(change, error, message):
+    coords, pixels = image_fitting_data(8)
+    args = {"coords": coords, "pixels": pixels, "steps": 2, "lr": 1e-3, **change}
+    model = build_model({"model": "sbsnn", "activation": "sin", "hidden_features": 8, "hidden_layers": 1}, side=8)
+    with pytest.raises(error, match=message):
+        fit_image(model, args.pop("coords"), args.pop("pixels"), progress=False, **args)
+
+
+def test_a_checkpoint_with_an_empty_model_is_refused_by_name_not_by_torch(tmp_path):
+    path = tmp_path / "fit.pt"
+    _tiny_fit(steps=4, checkpoint=path)
+    torch.save({**torch.load(path, weights_only=True), "model": {}}, path)
+    with pytest.raises(ValueError, match=f"checkpoint {path}: its model does not fit this fit .*Missing key.*"
+                                         "delete it to start afresh"):
+        _tiny_fit(steps=4, checkpoint=path)
+
+
+def test_the_refusal_of_a_crafted_checkpoint_never_suggests_loading_it_unsafely(tmp_path):
+    path = tmp_path / "fit.pt"
+    torch.save({"settings": {}, "payload": Payload(), "array": np.zeros(2)}, path)
+    with pytest.raises(ValueError) as info:
+        _tiny_fit(steps=4, checkpoint=path)
+    message = str(info.value)
+    assert "delete it to start afresh" in message and not Payload.ran
+    assert "weights_only" not in message and "allowlist" not in message and "if you trust" not in message

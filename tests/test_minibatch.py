@@ -224,3 +224,55 @@ def test_siren_spec_has_sirens_layers():
                                                                          (8, 1, False)]
     with pytest.raises(ValueError, match="unknown activation|activation"):
         mb.layers({**SMALL, "activation": "nope"})
+
+
+def _bad_stack_call(**change):
+    """fit_stack on a 64-pixel image with one change to otherwise good arguments."""
+    args = {"spec_layers": mb.layers(SMALL), "seeds": [1], "inputs": torch.randn(64, 24), "targets": torch.rand(64, 1),
+            "epochs": 1, "lr": 1e-3, "batch_size": 16}
+    args.update(change)
+    return mb.fit_stack(args.pop("spec_layers"), args.pop("seeds"), args.pop("inputs"), args.pop("targets"), **args)
+
+
+NAN_X = torch.randn(64, 24).index_put_((torch.tensor([3]), torch.tensor([2])), torch.tensor(float("nan")))
+
+
+@pytest.mark.parametrize("change, error, message", [
+    # silent before: each trained into NaN curves that read as "diverged at epoch 1", or broadcast and trained
+    ({"lr": float("nan")}, ValueError, "lr must be a finite number > 0, got nan"),
+    ({"lr": float("inf")}, ValueError, "lr must be a finite number > 0, got inf"),
+    ({"seeds": [1, 2], "lr": [1e-3, float("nan")]}, ValueError, r"lr must be a finite number > 0, got nan \(in lr="),
+    ({"inputs": torch.randn(0, 24), "targets": torch.rand(0, 1)}, ValueError, "hold no pixels"),
+    ({"heldout": torch.arange(64)}, ValueError, "heldout covers all 64 pixels"),
+    ({"inputs": NAN_X}, ValueError, "inputs holds 1 NaN or infinite values"),
+    ({"targets": torch.rand(64, 1).index_fill_(0, torch.tensor([5]), float("inf"))}, ValueError, "targets holds 1 NaN"),
+    ({"targets": torch.rand(64)}, ValueError, r"targets must be \(pixels, 1\) = \(64, 1\)"),
+    ({"targets": torch.rand(1, 1)}, ValueError, r"targets must be \(pixels, 1\)"),
+    # obscure before: a raw error from deep inside, or after an epoch
+    ({"batch_size": 2.5}, TypeError, "batch_size must be an integer, got 2.5"),
+    ({"batch_size": True}, TypeError, "batch_size must be an integer, got True"),
+    ({"epochs": 2.5}, TypeError, "epochs must be an integer"),
+    ({"seeds": []}, ValueError, "need at least one seed"),
+    ({"seeds": [1.5]}, TypeError, "seeds must be a list of integers"),
+    ({"inputs": torch.randn(64, 20)}, ValueError, "inputs has 20 features but the first layer takes 24"),
+    ({"inputs": torch.randint(0, 5, (64, 24))}, TypeError, "inputs must be floating point, got dtype torch.int64"),
+    ({"eval_chunk": 0}, ValueError, "eval_chunk must be at least 1"),
+    ({"checkpoint_every": 0}, ValueError, "checkpoint_every must be at least 1"),
+    ({"stop_below": float("nan")}, ValueError, "stop_below must be None or a finite number >= 0, got nan"),
+])
+def test_fit_stack_refuses_bad_arguments_up_front_naming_them(change, error, message):
+    with pytest.raises(error, match=message):
+        _bad_stack_call(**change)
+
+
+def test_a_checkpoint_whose_tensors_do_not_fit_is_refused_as_damage(tmp_path):
+    """A crafted checkpoint with the right settings but no parameters (zip stopped at the shortest list
+    and trained from a fresh start as if resumed) or tensors of other shapes is refused by name."""
+    path = tmp_path / "fit.pt"
+    _bad_stack_call(epochs=2, checkpoint=path)
+    state = torch.load(path, weights_only=True)
+    for damage in ({"params": []}, {"m": [t[:, :1] for t in state["m"]]}):
+        torch.save({**state, **damage}, path)
+        with pytest.raises(ValueError, match=f"checkpoint {path}: its training state does not fit this fit.*"
+                                             "delete it to start afresh"):
+            _bad_stack_call(epochs=2, checkpoint=path)
