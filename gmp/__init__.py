@@ -23,6 +23,7 @@ from gmp.models.resnet import resnet34
 from gmp import gpn, propagation
 from gmp.gpn import GPN, gaussian_moments, gpn_constants, hermite_coefficients, make_activation
 from gmp.models.deep import DeepMLP, RowNormalizedLinear, deep_mlp, orthogonality_drift
+from gmp.models.stacked import StackedDeepMLP
 from gmp.propagation import Propagation, gradient_norm_ratio, parameter_gradient_norms, propagate
 from gmp import activations, encoders, implicit, minibatch
 from gmp.activations import (SBSNNAbsSin, SBSNNSin, SBSNNTriangle, SqrtSigmoid, StrongCondition, sbsnn_abs_sin,

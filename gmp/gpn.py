@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from numpy.polynomial import hermite_e
 from scipy import special
 
-__all__ = ["ACTIVATIONS", "ACTIVATION_LABELS", "PAPER_ROOTS", "GPN", "activation",
+__all__ = ["ACTIVATIONS", "ACTIVATION_LABELS", "AUTHOR_CONSTANTS", "PAPER_ROOTS", "GPN", "activation",
            "gaussian_moments", "gpn_constants", "hermite_coefficients", "make_activation"]
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
@@ -64,6 +64,15 @@ ACTIVATION_LABELS: dict[str, str] = {"tanh": "Tanh", "relu": "ReLU", "leaky_relu
 PAPER_ROOTS: dict[str, str] = {"tanh": "+", "relu": "+", "leaky_relu": "+", "elu": "+",
                                "selu": "+", "gelu": "-"}
 """The root of Eq. (10) that Table 1 of Lu et al. reports, ``b = a(-E[phi] +- sqrt(...))``."""
+
+
+AUTHOR_CONSTANTS: dict[str, tuple[float, float]] = {
+    "tanh": (1.4674, 0.3886), "relu": (1.4142, 0.0), "leaky_relu": (1.4141, 0.0),
+    "elu": (1.2234, 0.0742), "selu": (0.9660, 0.2585), "gelu": (1.4915, -0.9097)}
+"""``(a, b)`` of the GPN activations as the first author's ``bsnn.py`` types them, to four
+decimals (the root of :data:`PAPER_ROOTS`): :func:`gpn_constants` rounded, except the ``b`` of
+Tanh (0.3886 for 0.38854) and SELU (0.2585 for 0.25845), one unit off in the last digit. The
+paper-scale run of ``lu_real`` uses them, as the author's ``mnist.py`` did."""
 
 
 def activation(name: str) -> Activation:
@@ -248,14 +257,18 @@ class GPN(torch.nn.Module):
     """
 
     def __init__(self, activation: str | Activation, root: str | None = None,
-                 derivative: Activation | None = None):
+                 derivative: Activation | None = None, constants: tuple[float, float] | None = None):
         super().__init__()
         key, fn = _resolve(activation)
         if root is None:
             root = PAPER_ROOTS.get(key, "+") if key is not None else "+"
         if root not in ("+", "-"):
             raise ValueError(f"root must be '+', '-' or None (the paper's choice), got {root!r}")
-        if key is not None and derivative is None:
+        if constants is not None:
+            if len(constants) != 2 or not all(math.isfinite(c) for c in constants):
+                raise ValueError(f"constants must be two finite numbers (a, b), got {constants!r}")
+            a, b_plus, b_minus = constants[0], constants[1], constants[1]
+        elif key is not None and derivative is None:
             a, b_plus, b_minus = _named_constants(key)
         else:
             a, b_plus, b_minus = gpn_constants(fn, derivative)
@@ -288,16 +301,21 @@ class _Named(torch.nn.Module):
         return ACTIVATION_LABELS[self.key]
 
 
-def make_activation(spec: str | torch.nn.Module | Activation) -> torch.nn.Module:
+def make_activation(spec: str | torch.nn.Module | Activation, constants: str = "quadrature") -> torch.nn.Module:
     """An activation module from a name as the paper prints it: ``"Tanh"``, ``"ReLU"``,
     ``"LeakyReLU"``, ``"ELU"``, ``"SELU"``, ``"GELU"``, each optionally with the suffix
-    ``"-GPN"`` (the GPN version with the root of Table 1); a module or callable is wrapped."""
+    ``"-GPN"`` (the GPN version with the root of Table 1); a module or callable is wrapped.
+    ``constants`` picks a GPN version's ``(a, b)``: ``"quadrature"`` (:func:`gpn_constants`)
+    or ``"author"`` (:data:`AUTHOR_CONSTANTS`, as the author's code types them)."""
+    if constants not in ("quadrature", "author"):
+        raise ValueError(f"constants must be 'quadrature' or 'author', got {constants!r}")
     if isinstance(spec, torch.nn.Module):
         return spec
     if isinstance(spec, str):
         name = spec.strip()
         if name.lower().endswith("-gpn"):
-            return GPN(name[:-4])
+            key, _ = _resolve(name[:-4])
+            return GPN(key, constants=AUTHOR_CONSTANTS[key] if constants == "author" else None)
         key, _ = _resolve(name)
         return _Named(key)
     if callable(spec):

@@ -22,3 +22,15 @@ def chapters() -> list[Path]:
 
 def pytest_report_header(config):
     return f"GMP_DATA={os.environ.get('GMP_DATA', '(unset: ~/.cache/gmp)')}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` skip on a machine without a CUDA GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

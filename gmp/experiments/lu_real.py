@@ -52,7 +52,8 @@ UNTRAINABLE = ("ReLU", "LeakyReLU", "GELU")
 
 CONFIG = scaled(
     common=dict(activations=ACTIVATIONS, weights="row_normalized", init="orthogonal",
-                momentum=0.5, batch_size=64, num_classes=10),
+                momentum=0.5, batch_size=64, num_classes=10, protocol="author", edge_bias=True,
+                first_activation=True, edge_init="orthogonal", gpn_constants="author"),
     smoke=dict(data={"mnist": "digits", "cifar10": "mnist1d"}, width=16, depth=8,
                epochs={"digits": 1, "mnist1d": 1}, lr=2e-2, max_train=256, ratio_every=1,
                activations=["ReLU", "GELU"], cost_probe_depth=2, cost_probe_steps=1),
@@ -129,28 +130,72 @@ def load_split(dataset: str, train: bool, max_rows: int | None = None) -> tuple[
 
 
 @functools.lru_cache(maxsize=None)
-def _activation(variant: str) -> nn.Module:
-    """The activation module of ``variant``, built once: the GPN constants come from quadrature."""
-    return make_activation(variant)
+def _activation(variant: str, constants: str = "quadrature") -> nn.Module:
+    """The activation module of ``variant``, built once (GPN constants from quadrature, or the author's)."""
+    return make_activation(variant, constants=constants)
 
 
 def build(variant: str, batchnorm: bool, in_features: int, cfg: Mapping[str, Any], seed: int) -> DeepMLP:
     """The network of Section 3.2: ``in_features -> width``, ``depth`` square layers with
     ``cfg["weights"]`` (row-normalised, Eq. (55)), activation ``variant``, optional BN
     before each activation, ``width -> num_classes``. With ``cfg["init"] == "orthogonal"``
-    each free matrix ``V`` starts Haar-orthogonal (``torch.nn.init.orthogonal_``)."""
+    each free matrix ``V`` starts Haar-orthogonal (``torch.nn.init.orthogonal_``).
+
+    The first author's protocol (``cfg["protocol"] == "author"``, the author's ``mnist.py``):
+    the bottom and top layers have biases (PyTorch's default initialisation) and orthogonal
+    weights (``nn.init.orthogonal_``, ``cfg["edge_init"]``), the activation also follows the
+    bottom layer, and the GPN constants are the author's typed ones
+    (:data:`gmp.gpn.AUTHOR_CONSTANTS`). The author's square layer ``x @ (V / column norms)``
+    is our ``x W^T`` with row-normalised ``W`` and ``V`` transposed: the same function, the
+    same gradient norms and, both starting Haar-orthogonal, the same distribution."""
+    author = cfg.get("protocol") == "author"
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    model = deep_mlp(cfg["width"], cfg["depth"], _activation(variant), weights=cfg["weights"], batchnorm=batchnorm,
-                     in_features=in_features, out_features=cfg["num_classes"], generator=generator,
-                     fused=cfg["weights"] == "row_normalized")
+    model = deep_mlp(cfg["width"], cfg["depth"], _activation(variant, cfg.get("gpn_constants", "quadrature")),
+                     weights=cfg["weights"], batchnorm=batchnorm, in_features=in_features,
+                     out_features=cfg["num_classes"], generator=generator, fused=cfg["weights"] == "row_normalized",
+                     edge_bias=bool(cfg.get("edge_bias", False)), first_activation=bool(cfg.get("first_activation")))
     if cfg["init"] == "orthogonal":
         with torch.no_grad():
             for v in model.free_parameters():
                 nn.init.orthogonal_(v, generator=generator)
     elif cfg["init"] != "default":
         raise ValueError(f"init must be 'orthogonal' or 'default' (deep_mlp's), got {cfg['init']!r}")
+    if author and cfg.get("edge_init") == "orthogonal":
+        with torch.no_grad():
+            for layer in (model.first, model.last):
+                nn.init.orthogonal_(layer.weight, generator=generator)
     return model
+
+
+def device_name(device: torch.device | str) -> str:
+    """What journal entries record as the device: ``"cpu"`` or ``"cuda (<GPU name>)"``."""
+    device = torch.device(device)
+    return f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
+
+
+def precision(dtype: torch.dtype = torch.float32) -> str:
+    """What journal entries record as the precision: the dtype and whether CUDA matrix
+    products may use TF32 (``torch.backends.cuda.matmul.allow_tf32``)."""
+    return f"{str(dtype).removeprefix('torch.')}, TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}"
+
+
+class ForeignJournal(RuntimeError):
+    """A journal written on another device or at another precision, refused for replay."""
+
+
+def check_same_machine(entry: Mapping[str, Any], device: torch.device | str, name: str) -> None:
+    """Refuse to continue a network from a journalled epoch ``entry`` computed on another device
+    or at another precision (:func:`device_name`, :func:`precision`): its numbers cannot be
+    reproduced here, so later epochs would continue another run under the journalled one."""
+    here = (device_name(device), precision())
+    there = (entry.get("device", "an unrecorded device"), entry.get("precision", "an unrecorded precision"))
+    if here != there:
+        raise ForeignJournal(
+            f"{name}: its journalled epochs were computed on {there[0]} at {there[1]}, and this machine is "
+            f"{here[0]} at {here[1]}; a journal made on one device or precision is never replayed on another. "
+            "Continue it on the machine that wrote it, or give this machine a journal of its own (move the "
+            "journal aside, or remove this network's lines from it)")
 
 
 def _finite(value: float) -> float | None:
@@ -202,7 +247,7 @@ class Training:
 
     def resume(self, path: Path) -> None:
         """Continue from the state :meth:`save` wrote to ``path``."""
-        state = load_checkpoint(path, map_location=self.device, keys=CHECKPOINT_KEYS)
+        state = load_checkpoint(path, map_location="cpu", keys=CHECKPOINT_KEYS)  # the generator state stays on the CPU
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
@@ -213,23 +258,31 @@ class Training:
         """Train one epoch (mini-batches of ``batch_size`` in a fresh random order) and return it.
 
         ``train_loss`` and ``train_acc_running``: means over the epoch's mini-batches, each
-        taken before its update; ``test_acc``: accuracy on ``test`` after the epoch, in
-        evaluation mode; ``ratio[k]``: the gradient norm ratio of Eq. (56) at step
-        ``ratio_steps[k]`` (every ``ratio_every`` steps, counted from 0 over the whole run;
-        None where undefined), ``max_grad[k]`` the largest ``||dE/dV^(l)||_F`` then; ``drift``:
+        taken before its update (the author's "train" accuracy, Table 2's "Train"); ``test_acc``:
+        accuracy on ``test`` after the epoch, in evaluation mode; ``ratio[k]``: the gradient
+        norm ratio of Eq. (56) at step ``ratio_steps[k]`` (every ``ratio_every`` steps, counted
+        from 0 over the whole run; None where undefined), ``max_grad[k]`` the largest
+        ``||dE/dV^(l)||_F`` then; ``ratio_max``: the largest ratio over every step of the epoch
+        (as the author logged it, every step; None if undefined at every step) and
+        ``ratio_undefined_steps`` the steps where it was undefined; ``drift``:
         :func:`gmp.orthogonality_drift` of every square weight after the epoch. With
-        ``final`` also ``train_acc``, the accuracy on the whole training set after the epoch
-        (Table 2's "Train"). A non-finite loss ends the epoch at once: ``diverged`` True and
-        ``diverged_step`` the step, accuracies and drift None. Accuracies are fractions.
+        ``final`` also ``train_acc``, the accuracy on the whole training set after the epoch,
+        in evaluation mode. A non-finite loss ends the epoch at once (the one host
+        synchronisation per step): ``diverged`` True and ``diverged_step`` the step,
+        accuracies and drift None. Accuracies are fractions. ``device`` and ``precision``
+        (:func:`device_name`, :func:`precision`) say where the epoch was computed.
         """
         cfg, model = self.cfg, self.model
         every, size = int(cfg["ratio_every"]), int(cfg["batch_size"])
         x, y = (t.to(self.device) for t in train)
-        out: dict[str, Any] = {"epoch": self.epoch + 1, "ratio_steps": [], "ratio": [], "max_grad": []}
+        out: dict[str, Any] = {"epoch": self.epoch + 1, "ratio_steps": [], "ratio": [], "max_grad": [],
+                               "device": device_name(self.device), "precision": precision()}
         start = time.perf_counter()
         model.train()
         order = torch.randperm(x.shape[0], generator=self.generator).to(self.device)
-        loss_sum, correct, diverged = 0.0, 0, False
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        correct = torch.zeros((), dtype=torch.int64, device=self.device)
+        diverged, ratio_max, undefined = False, None, 0
         for begin in bar(range(0, x.shape[0], size), desc=f"{self.name} epoch {self.epoch + 1}", leave=False):
             index = order[begin:begin + size]
             xb, yb = x[index], y[index]
@@ -240,21 +293,26 @@ class Training:
                 diverged = True
                 break
             loss.backward()
+            norms = parameter_gradient_norms(model)
+            ratio = _finite(gradient_norm_ratio(norms))
+            if ratio is None:
+                undefined += 1
+            else:
+                ratio_max = ratio if ratio_max is None else max(ratio_max, ratio)
             if self.step % every == 0:
-                norms = parameter_gradient_norms(model)
                 out["ratio_steps"].append(self.step)
-                out["ratio"].append(_finite(gradient_norm_ratio(norms)))
+                out["ratio"].append(ratio)
                 out["max_grad"].append(_finite(float(np.max(norms))) if np.all(np.isfinite(norms)) else None)
             self.opt.step()
-            loss_sum += loss.item() * len(index)
-            correct += int((logits.argmax(dim=1) == yb).sum())
+            loss_sum += loss.detach().double() * len(index)
+            correct += (logits.argmax(dim=1) == yb).sum()
             self.step += 1
         self.epoch += 1
-        out.update(diverged=diverged, steps=self.step)
+        out.update(diverged=diverged, steps=self.step, ratio_max=ratio_max, ratio_undefined_steps=undefined)
         if diverged:
             out.update(diverged_step=self.step, train_loss=None, train_acc_running=None, test_acc=None, drift=None)
         else:
-            out.update(train_loss=loss_sum / x.shape[0], train_acc_running=correct / x.shape[0],
+            out.update(train_loss=float(loss_sum) / x.shape[0], train_acc_running=int(correct) / x.shape[0],
                        drift=model.orthogonality_drift(),
                        test_acc=_finite(evaluate(model, test, loss="cross_entropy", metrics={"accuracy": accuracy},
                                                  batch_size=1000, device=self.device)["accuracy"]))
@@ -269,6 +327,220 @@ class Training:
 
 class ReplayMismatch(RuntimeError):
     """A network trained again through its journalled epochs did not give the journalled numbers."""
+
+
+class StackedTraining:
+    """Several networks of Table 2 on one data set trained at once, one epoch at a time.
+
+    The networks ``labels`` (run labels, :func:`run_label`) are built exactly as
+    :class:`Training` builds them (:func:`build`, the same seed) and trained as one
+    :class:`gmp.models.stacked.StackedDeepMLP`: one batched computation over a network axis,
+    the same shuffled mini-batch for every network (as the one-network trainer's shared seed
+    gives them anyway: a paired design), SGD with momentum written out as
+    ``torch.optim.SGD``'s multi-tensor update. Each step keeps its numbers on the device: the
+    losses and correct counts are summed there, a network whose loss is not finite is marked
+    diverged at that step (and changes no other network), and the gradient norm ratio of
+    Eq. (56) of every network is written to a device buffer; all is read once per epoch.
+
+    On CUDA, ``graph=True`` captures the whole step (forward, backward, update, bookkeeping)
+    in a CUDA graph after a warm-up on copies, so that the GPU does not wait for the Python
+    loop; the last, shorter mini-batch of an epoch runs eagerly. ``graph=None`` captures when
+    on CUDA; the update is then one fused pass (``torch._fused_sgd_``, what
+    ``SGD(fused=True)`` runs) and ``compile=True`` fuses the activations
+    (:meth:`gmp.models.stacked.StackedDeepMLP.compile_activation`). Matrix products run in the
+    dtype of the networks with TF32 off unless the caller turned it on (recorded in every
+    epoch's ``precision``).
+    """
+
+    def __init__(self, labels: list[str], in_features: int, cfg: Mapping[str, Any],
+                 device: torch.device | str = "cpu", seed: int = 0, graph: bool | None = None,
+                 dtype: torch.dtype | None = None, compile: bool = False, networks: list[DeepMLP] | None = None):
+        from gmp.models.stacked import StackedDeepMLP
+
+        if not labels:
+            raise ValueError("StackedTraining needs at least one network label")
+        self.cfg, self.device, self.labels = cfg, torch.device(device), list(labels)
+        if networks is None:  # else built already (by build, as here): they are copied, not changed
+            networks = [build(label.removesuffix("-BN"), label.endswith("-BN"), in_features, cfg, seed)
+                        for label in self.labels]
+        elif len(networks) != len(self.labels):
+            raise ValueError(f"{len(networks)} networks given for {len(self.labels)} labels")
+        if dtype is not None:
+            networks = [net.to(dtype) for net in networks]
+        self.model = StackedDeepMLP(networks).to(self.device)
+        if compile:
+            self.model.compile_activation()
+        self.fused = self.device.type == "cuda"
+        self.params = list(self.model.parameters())
+        self._v_index = [next(j for j, p in enumerate(self.params) if p is V) for V in self.model.V]
+        self.momentum_buffers = [torch.zeros_like(p) for p in self.params]
+        self.generator = torch.Generator().manual_seed(seed)
+        self.epoch, self.step = 0, 0
+        size, n = len(self.labels), self.device
+        self._step_t = torch.zeros((), dtype=torch.int64, device=n)
+        self._slot_t = torch.zeros((), dtype=torch.int64, device=n)
+        self._loss_sum = torch.zeros(size, dtype=torch.float64, device=n)
+        self._correct = torch.zeros(size, dtype=torch.int64, device=n)
+        self.diverged_at = torch.full((size,), -1, dtype=torch.int64, device=n)
+        self._ratio = self._max_grad = None
+        self.graph = self.device.type == "cuda" if graph is None else bool(graph)
+        if self.graph and self.device.type != "cuda":
+            raise ValueError("graph=True needs a CUDA device")
+        self._graph: Any = None
+        self._static: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.mode = "eager" + (", compiled activations" if compile else "")
+        """How the full mini-batches ran: "eager", or "CUDA graph" once captured (", compiled
+        activations" added with ``compile``)."""
+
+    def _sgd(self, grads: list[torch.Tensor]) -> None:
+        """``buf = momentum buf + grad; p -= lr buf``: ``torch.optim.SGD`` (no dampening, no
+        weight decay), multi-tensor on the CPU, fused (one pass) on CUDA; the buffers start at
+        zero, so the first step is ``buf = grad``."""
+        momentum, lr = float(self.cfg["momentum"]), float(self.cfg["lr"])
+        with torch.no_grad():
+            if self.fused:  # the fused kernel reads a gradient's storage in order: transposed ones are copied
+                torch._fused_sgd_(self.params, [g.contiguous() for g in grads], self.momentum_buffers, weight_decay=0.0, momentum=momentum,
+                                  lr=lr, dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
+                return
+            torch._foreach_mul_(self.momentum_buffers, momentum)
+            torch._foreach_add_(self.momentum_buffers, grads)
+            torch._foreach_add_(self.params, self.momentum_buffers, alpha=-lr)
+
+    def _train_step(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of every network on the mini-batch ``(xb, yb)``, with its bookkeeping on the
+        device; returns each network's loss ``(N,)`` and gradient norms ``(depth, N)`` before the update."""
+        size = len(self.labels)
+        logits = self.model(xb)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.repeat(size),
+                                           reduction="none").view(size, -1).mean(1)
+        finite = torch.isfinite(loss)
+        running = self.diverged_at < 0
+        self.diverged_at.copy_(torch.where(running & ~finite, self._step_t, self.diverged_at))
+        ok = running & finite
+        grads = torch.autograd.grad(loss.sum(), self.params)
+        norms = torch.stack(torch._foreach_norm([grads[j][i] for j in self._v_index for i in range(size)])).view(
+            self.model.depth, size)
+        self._ratio.index_copy_(0, self._slot_t, (norms.amax(0) / norms.amin(0)).unsqueeze(0).to(self._ratio.dtype))
+        self._max_grad.index_copy_(0, self._slot_t, norms.amax(0).unsqueeze(0).to(self._ratio.dtype))
+        self._sgd(list(grads))
+        with torch.no_grad():
+            self._loss_sum.add_(torch.where(ok, loss.detach().double() * yb.shape[0], 0.0))
+            self._correct.add_(torch.where(ok, (logits.argmax(-1) == yb).sum(1), 0))
+            self._step_t.add_(1)
+            self._slot_t.add_(1)
+        return loss.detach(), norms
+
+    def _state(self) -> list[torch.Tensor]:
+        return self.params + self.momentum_buffers + list(self.model.buffers()) + [
+            self._step_t, self._slot_t, self._loss_sum, self._correct, self.diverged_at, self._ratio, self._max_grad]
+
+    def _capture(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
+        """Capture :meth:`_train_step` on static copies of ``(xb, yb)`` in a CUDA graph. The warm-up
+        steps that capture needs run on the real state, which is saved before and restored after."""
+        saved = [t.detach().clone() for t in self._state()]
+        static_x, static_y = xb.clone(), yb.clone()
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._train_step(static_x, static_y)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._train_step(static_x, static_y)
+        with torch.no_grad():
+            for tensor, value in zip(self._state(), saved):
+                tensor.copy_(value)
+        self._graph, self._static = graph, (static_x, static_y)
+        self.mode = self.mode.replace("eager", "CUDA graph")
+
+    def _full_step(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
+        if self.graph and self._graph is None:
+            self._capture(xb, yb)
+        if self._graph is not None:
+            self._static[0].copy_(xb)
+            self._static[1].copy_(yb)
+            self._graph.replay()
+        else:
+            self._train_step(xb, yb)
+
+    @torch.no_grad()
+    def _accuracy(self, x: torch.Tensor, y: torch.Tensor, chunk: int = 1000) -> torch.Tensor:
+        """Accuracy of every network on ``(x, y)`` in evaluation mode, ``(N,)``, on the device."""
+        self.model.eval()
+        correct = torch.zeros(len(self.labels), dtype=torch.int64, device=self.device)
+        for begin in range(0, x.shape[0], chunk):
+            xb, yb = x[begin:begin + chunk], y[begin:begin + chunk]
+            correct += (self.model(xb).argmax(-1) == yb).sum(1)
+        self.model.train()
+        return correct.double() / x.shape[0]
+
+    def run_epoch(self, train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
+                  final: bool) -> list[dict[str, Any]]:
+        """Train every network one epoch; return each network's metrics as :meth:`Training.run_epoch`
+        does (a network diverged in an earlier epoch gets ``{"epoch", "diverged": True,
+        "after_divergence": True}``), with ``seconds`` the epoch's wall time shared equally."""
+        cfg, size = self.cfg, int(self.cfg["batch_size"])
+        every, count = int(cfg["ratio_every"]), len(self.labels)
+        x, y = (t.to(self.device) for t in train)
+        start = time.perf_counter()
+        before = self.diverged_at.clone()
+        order = torch.randperm(x.shape[0], generator=self.generator).to(self.device)
+        steps = math.ceil(x.shape[0] / size)
+        if self._ratio is None or self._ratio.shape[0] != steps:
+            if self._graph is not None:
+                raise RuntimeError("the number of steps per epoch changed after the CUDA graph was captured")
+            self._ratio = torch.zeros(steps, count, dtype=torch.float64, device=self.device)
+            self._max_grad = torch.zeros(steps, count, dtype=torch.float64, device=self.device)
+        for tensor in (self._loss_sum, self._correct, self._slot_t, self._ratio, self._max_grad):
+            tensor.zero_()
+        self._step_t.fill_(self.step)
+        self.model.train()
+        for k in bar(range(steps), desc=f"{count} networks, epoch {self.epoch + 1}", leave=False):
+            index = order[k * size:(k + 1) * size]
+            if index.shape[0] == size:
+                self._full_step(x[index], y[index])
+            else:
+                self._train_step(x[index], y[index])
+        test_acc = self._accuracy(*(t.to(self.device) for t in test))
+        train_acc = self._accuracy(x, y) if final else None
+        drift = self.model.orthogonality_drift().T.cpu().tolist()
+        first_step = self.step
+        self.step += steps
+        self.epoch += 1
+        diverged_at, earlier = self.diverged_at.cpu().tolist(), before.cpu().tolist()
+        ratio, max_grad = self._ratio.cpu().numpy(), self._max_grad.cpu().numpy()
+        loss_sum, correct = self._loss_sum.cpu().tolist(), self._correct.cpu().tolist()
+        test_acc = test_acc.cpu().tolist()
+        train_acc = train_acc.cpu().tolist() if train_acc is not None else None
+        seconds = (time.perf_counter() - start) / count
+        where = {"device": device_name(self.device), "precision": precision(self.params[0].dtype)}
+        out = []
+        for i in range(count):
+            if earlier[i] >= 0:
+                out.append({"epoch": self.epoch, "diverged": True, "after_divergence": True, **where})
+                continue
+            done = steps if diverged_at[i] < 0 else diverged_at[i] - first_step
+            kept = [k for k in range(done) if (first_step + k) % every == 0]
+            values = [_finite(float(r)) for r in ratio[:done, i]]
+            defined = [r for r in values if r is not None]
+            metrics = {"epoch": self.epoch, "ratio_steps": [first_step + k for k in kept],
+                       "ratio": [values[k] for k in kept],
+                       "max_grad": [_finite(float(max_grad[k, i])) for k in kept],
+                       **where, "diverged": diverged_at[i] >= 0,
+                       "steps": first_step + done, "ratio_max": max(defined) if defined else None,
+                       "ratio_undefined_steps": len(values) - len(defined), "stacked": count, "mode": self.mode}
+            if metrics["diverged"]:
+                metrics.update(diverged_step=diverged_at[i], train_loss=None, train_acc_running=None, test_acc=None,
+                               drift=None)
+            else:
+                metrics.update(train_loss=loss_sum[i] / x.shape[0], train_acc_running=correct[i] / x.shape[0],
+                               drift=drift[i], test_acc=_finite(test_acc[i]))
+                if final:
+                    metrics["train_acc"] = _finite(train_acc[i])
+            metrics["seconds"] = seconds
+            out.append(metrics)
+        return out
 
 
 REPLAYED = ("train_loss", "test_acc", "diverged")
@@ -303,6 +575,9 @@ def train_epoch(training: Training | None, make: Callable[[], Training], epoch: 
         return training, training.metrics
     if training.epoch > epoch:
         raise ValueError(f"the network has done {training.epoch} epochs, past epoch {epoch}")
+    for e in range(training.epoch + 1, epoch):
+        if (before := (journalled or {}).get(e)) is not None:
+            check_same_machine(before, training.device, training.name)
     while training.epoch < epoch:
         metrics = training.run_epoch(train, test, final=training.epoch + 1 == epochs)
         before = (journalled or {}).get(training.epoch)
@@ -325,12 +600,16 @@ def train_epoch(training: Training | None, make: Callable[[], Training], epoch: 
 def network_result(entries: list[Mapping[str, Any]], epochs: int) -> dict[str, Any]:
     """One network's result from its journalled epochs ``entries`` (1, 2, ... in order) of ``epochs``.
 
-    ``test_curve[e]``: test accuracy after epoch ``e + 1``; ``train_acc``: on the whole
-    training set after the last epoch once all ``epochs`` are done, else the running mean
-    over the last epoch's mini-batches (``train_acc_kind`` says which); ``ratio``,
-    ``ratio_steps``, ``max_grad``: the per-step records of :meth:`Training.run_epoch` of all
-    epochs; ``drift[e]``: per-layer drift after epoch ``e + 1`` (None once diverged).
-    ``diverged_epoch`` counts from 0, as in :class:`gmp.train.History`.
+    ``test_curve[e]``: test accuracy after epoch ``e + 1``; ``train_acc``: the running mean
+    over the last epoch's mini-batches, in training mode while the weights change (the first
+    author's "train" accuracy, Table 2's "Train"); ``train_acc_eval``: on the whole training
+    set in evaluation mode after the last epoch, once all ``epochs`` are done (else None);
+    ``ratio``, ``ratio_steps``, ``max_grad``: the per-step records of
+    :meth:`Training.run_epoch` of all epochs; ``ratio_peak``: the largest ratio over every
+    step where epochs record it (``ratio_max``), else over the recorded steps;
+    ``drift[e]``: per-layer drift after epoch ``e + 1`` (None once diverged).
+    ``diverged_epoch`` counts from 0, as in :class:`gmp.train.History`; ``devices`` and
+    ``precisions``: those its epochs were computed with ("None" where not recorded).
     """
     diverged = bool(entries) and entries[-1]["diverged"]
     done = len(entries) == epochs and not diverged
@@ -338,18 +617,26 @@ def network_result(entries: list[Mapping[str, Any]], epochs: int) -> dict[str, A
     ratios = [r for e in entries for r in e["ratio"]]
     peaks = [g for e in entries for g in e["max_grad"]]
     defined = [r for r in ratios if r is not None]
+    every_step = [e["ratio_max"] for e in entries if e.get("ratio_max") is not None]
+    if entries and all("ratio_max" in e for e in entries if not e["diverged"]):
+        defined_peak = max(every_step) if every_step else None
+        undefined = sum(e.get("ratio_undefined_steps", 0) for e in entries)
+    else:
+        defined_peak, undefined = (max(defined) if defined else None), len(ratios) - len(defined)
     grads = [g for g in peaks if g is not None]
     return {"epochs_run": len(entries), "epochs": epochs, "finished": done,
-            "train_acc": None if diverged else last.get("train_acc") if done else last.get("train_acc_running"),
-            "train_acc_kind": "whole training set" if done else "running mean over the epoch",
+            "train_acc": None if diverged else last.get("train_acc_running"),
+            "train_acc_eval": None if diverged or not done else last.get("train_acc"),
+            "devices": sorted({str(e.get("device")) for e in entries}),
+            "precisions": sorted({str(e.get("precision")) for e in entries}),
             "test_acc": None if diverged else last.get("test_acc"),
             "test_curve": [e["test_acc"] for e in entries],
             "train_loss": [e["train_loss"] for e in entries],
             "diverged": diverged, "diverged_epoch": len(entries) - 1 if diverged else None,
             "steps": last.get("steps", 0), "wall_time_s": sum(e["seconds"] for e in entries),
-            "ratio_peak": max(defined) if defined else None,
+            "ratio_peak": defined_peak,
             "ratio_median": float(np.median(defined)) if defined else None,
-            "ratio_undefined": len(ratios) - len(defined),
+            "ratio_undefined": undefined,
             "max_grad_median": float(np.median(grads)) if grads else None,
             "drift_max": [None if e["drift"] is None else max(e["drift"]) for e in entries],
             "drift": [e["drift"] for e in entries],
@@ -469,7 +756,10 @@ def progress(units: Mapping[str, Any], seed: int = 0) -> str:
                 continue
             ahead = max(done) > reached[group]
             diverged = sum(r["diverged"] for label, r in runs.items() if label.endswith("-BN") == (group == "BN"))
-            parts.append(f"every {name} network {'with' if group == 'BN' else 'without'} BN has finished "
+            count, total = payload["networks_started"][dataset][group], payload["networks_per_group"]
+            who = "every" if count == total else f"{count} of the {total}"
+            parts.append(f"{who} {name} network{'s' if count < total else ''} {'with' if group == 'BN' else 'without'} "
+                         f"BN {'has' if count == total else 'have'} finished "
                          f"{reached[group]} of {epochs} epochs" + (f", {sum(d > reached[group] for d in done)} of "
                                                                    f"them {max(done)}" if ahead else "")
                          + (f", {diverged} diverged" if diverged else ""))
@@ -480,9 +770,13 @@ def epoch_text(payload: Mapping[str, Any], dataset: str) -> str:
     """Where the networks of ``dataset`` stand: "MNIST, depth 200, epoch k of 50" (for an
     unfinished run, the epoch of the networks without BN, and of those with BN when they differ)."""
     reached, epochs = payload["epochs_reached"][dataset], payload["epochs"][dataset]
+    started, total = payload.get("networks_started", {}).get(dataset, {}), payload.get("networks_per_group", 12)
     text = f"{DATASET_LABELS[dataset]}, depth {payload['depth']}, epoch {reached['no BN']} of {epochs}"
-    if reached["BN"] != reached["no BN"]:
-        text += f" ({reached['BN']} with BN)" if reached["BN"] else " (BN networks not started)"
+    if started.get("no BN", total) < total:
+        text += f" ({started['no BN']} of {total} networks without BN)"
+    if reached["BN"] != reached["no BN"] or started.get("BN", total) < total:
+        text += (f" ({reached['BN']} with BN" + (f", {started['BN']} of {total} networks" if started.get(
+            "BN", total) < total else "") + ")") if reached["BN"] else " (BN networks not started)"
     return text
 
 
@@ -503,15 +797,18 @@ def assemble(cfg: Mapping[str, Any], units: Mapping[str, Any], seed: int) -> dic
     """The payload of the chapter from journalled epochs ``units`` (key :func:`epoch_key` to
     the metrics of :meth:`Training.run_epoch`): per data set used, per run label, the
     :func:`network_result` of the epochs journalled from the first on. Networks with none
-    are left out; ``epochs_reached`` gives, per data set, the fewest epochs any network of
-    each group (without / with BN) has reached (0 if a network has none)."""
+    are left out; ``epochs_reached`` gives, per data set, the fewest epochs any started
+    network of each group (without / with BN) has reached (a diverged one counts as done; 0
+    if none has started) and ``networks_started`` how many of the group's networks have
+    an epoch (the stacked GPU worker journals a few networks' 50 epochs at a time)."""
     runs: dict[str, dict[str, Any]] = {}
     reached: dict[str, dict[str, int]] = {}
+    started: dict[str, dict[str, int]] = {}
     for dataset in dict.fromkeys(cfg["data"].values()):
         epochs = int(cfg["epochs"][dataset])
-        runs[dataset], reached[dataset] = {}, {}
+        runs[dataset], reached[dataset], started[dataset] = {}, {}, {}
         for batchnorm in (False, True):
-            least = epochs
+            least, count = epochs, 0
             for variant in variants(cfg["activations"]):
                 label = run_label(variant, batchnorm)
                 entries = []
@@ -524,10 +821,13 @@ def assemble(cfg: Mapping[str, Any], units: Mapping[str, Any], seed: int) -> dic
                         break
                 if entries:
                     runs[dataset][label] = network_result(entries, epochs)
-                least = min(least, epochs if entries and entries[-1]["diverged"] else len(entries))
-            reached[dataset]["BN" if batchnorm else "no BN"] = least
+                    count += 1
+                    least = min(least, epochs if entries[-1]["diverged"] else len(entries))
+            group = "BN" if batchnorm else "no BN"
+            reached[dataset][group], started[dataset][group] = (least if count else 0), count
     return {"data": dict(cfg["data"]), "width": cfg["width"], "depth": cfg["depth"],
             "epochs": dict(cfg["epochs"]), "lr": cfg["lr"], "seed": seed, "epochs_reached": reached,
+            "networks_started": started, "networks_per_group": len(variants(cfg["activations"])),
             "runs": {d: r for d, r in runs.items() if r}}
 
 

@@ -43,8 +43,8 @@ class _RowNormalizedLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-        s = torch.linalg.vector_norm(V, dim=1).reciprocal_()
-        u = x @ V.T
+        s = torch.linalg.vector_norm(V, dim=-1).reciprocal_().unsqueeze(-2)
+        u = x @ V.transpose(-1, -2)
         ctx.save_for_backward(x, V, s, u)
         return u * s
 
@@ -55,14 +55,16 @@ class _RowNormalizedLinear(torch.autograd.Function):
         dx = du @ V if ctx.needs_input_grad[0] else None
         dV = None
         if ctx.needs_input_grad[1]:
-            c = (g * u).sum(0).mul_(s.pow(3)).neg_()
-            dV = (du.T @ x).addcmul_(V, c.unsqueeze(1))
+            c = (g * u).sum(-2, keepdim=True).mul_(s.pow(3)).neg_()
+            dV = (du.transpose(-1, -2) @ x).addcmul_(V, c.transpose(-1, -2))
         return dx, dV
 
 
 def row_normalized_linear(x: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     """``x W^T`` with the row-normalised ``W = (v_i / ||v_i||_2)_i`` of Eq. (55) of Lu et al.,
-    differentiable in ``x`` and ``V`` (see :class:`RowNormalizedLinear`)."""
+    differentiable in ``x`` and ``V`` (see :class:`RowNormalizedLinear`). Batched: ``x`` of
+    shape ``(..., batch, n)`` and ``V`` of shape ``(..., n, n)`` (one ``V`` per leading index,
+    e.g. a stack of networks) give ``(..., batch, n)``."""
     return _RowNormalizedLinear.apply(x, V)
 
 
@@ -115,7 +117,7 @@ class DeepMLP(nn.Module):
     """
 
     def __init__(self, layers: nn.ModuleList, phi: nn.Module, norms: nn.ModuleList | None,
-                 first: nn.Linear | None, last: nn.Linear | None, weights: str):
+                 first: nn.Linear | None, last: nn.Linear | None, weights: str, first_activation: bool = False):
         super().__init__()
         self.layers = layers
         self.phi = phi
@@ -123,6 +125,7 @@ class DeepMLP(nn.Module):
         self.first = first
         self.last = last
         self.weights = weights
+        self.first_activation = first_activation
 
     @property
     def width(self) -> int:
@@ -140,6 +143,8 @@ class DeepMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.first is not None:
             x = self.first(x)
+            if self.first_activation:
+                x = self.phi(x)
         for l in range(self.depth):
             x = self.phi(self.pre_activation(l, x))
         if self.last is not None:
@@ -183,7 +188,7 @@ def deep_mlp(width: int, depth: int, activation: str | nn.Module | Callable[[tor
              weights: str = "orthogonal", batchnorm: bool = False, in_features: int | None = None,
              out_features: int | None = None, bias: bool = False, parametrized: bool = True,
              dtype: torch.dtype | None = None, generator: torch.Generator | None = None,
-             fused: bool = False) -> DeepMLP:
+             fused: bool = False, edge_bias: bool | None = None, first_activation: bool = False) -> DeepMLP:
     """Build the deep network of Lu et al. (Definition 1, Eq. (1)).
 
     ``activation``: a paper name (``"Tanh"``, ``"ReLU"``, ``"LeakyReLU"``, ``"ELU"``,
@@ -202,7 +207,9 @@ def deep_mlp(width: int, depth: int, activation: str | nn.Module | Callable[[tor
     parameter; ``generator`` seeds the square weights. ``fused=True`` (row-normalised weights
     only, without bias) builds each square layer as a :class:`RowNormalizedLinear`: the same
     function and gradients, about 1.5 times as fast to train as the parametrization on a CPU
-    (``python -m gmp.bench --deep``).
+    (``python -m gmp.bench --deep``). ``edge_bias`` (default: ``bias``) gives the bottom and top
+    layers biases whatever ``bias`` is, and ``first_activation`` applies the activation after
+    the bottom layer too: both as in the first author's ``mnist.py``.
     """
     if not isinstance(width, int) or width < 1 or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"width and depth must be positive integers, got {width!r} and {depth!r}")
@@ -242,6 +249,9 @@ def deep_mlp(width: int, depth: int, activation: str | nn.Module | Callable[[tor
                         layer.weight.copy_(RowNormalized()(layer.weight))
         layers.append(layer)
     norms = nn.ModuleList(nn.BatchNorm1d(width, dtype=dtype) for _ in range(depth)) if batchnorm else None
-    first = nn.Linear(in_features, width, bias=bias, dtype=dtype) if in_features is not None else None
-    last = nn.Linear(width, out_features, bias=bias, dtype=dtype) if out_features is not None else None
-    return DeepMLP(layers, phi, norms, first, last, weights)
+    edge_bias = bias if edge_bias is None else edge_bias
+    first = nn.Linear(in_features, width, bias=edge_bias, dtype=dtype) if in_features is not None else None
+    last = nn.Linear(width, out_features, bias=edge_bias, dtype=dtype) if out_features is not None else None
+    if first_activation and first is None:
+        raise ValueError("first_activation=True needs a bottom layer (in_features)")
+    return DeepMLP(layers, phi, norms, first, last, weights, first_activation)

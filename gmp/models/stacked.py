@@ -1,0 +1,209 @@
+"""Several deep networks of Lu et al. of one shape as one batched computation (a network axis).
+
+``StackedDeepMLP`` holds ``N`` networks of :func:`gmp.deep_mlp` (row-normalised square layers,
+Eq. (55), built with ``fused=True``) as tensors with a leading network axis, so that one
+forward and backward pass of the stack is one ``torch.bmm`` per layer where ``N`` separate
+networks would launch ``N`` products: what keeps a GPU busy with arithmetic rather than
+kernel launches. Every network keeps its own function exactly:
+
+* its own weights, optional biases of the bottom and top layers, and activation (plain or
+  GPN ``a phi + b``, Proposition 3), chosen per network;
+* batch normalisation, when a network has it, with statistics over that network's batch
+  alone and running statistics of its own (``nn.BatchNorm1d``'s rule, momentum 0.1);
+* nothing is summed across networks but the loss, whose gradient with respect to one
+  network's parameters is that network's own gradient.
+
+All networks see the same mini-batch at each step (a paired design). A network whose
+numbers become infinite or NaN stays so within its own slice of every tensor and changes no
+other network. :meth:`StackedDeepMLP.load_into` gives back network ``i`` as a :class:`DeepMLP`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from gmp.gpn import ACTIVATIONS, GPN, _Named
+from gmp.models.deep import DeepMLP, RowNormalizedLinear, row_normalized_linear
+
+__all__ = ["StackedDeepMLP"]
+
+_KINDS = list(ACTIVATIONS)
+
+
+def _kind(phi: nn.Module) -> tuple[int, float, float]:
+    """``(index in ACTIVATIONS, a, b)`` of a plain (``a = 1, b = 0``) or GPN activation module."""
+    if isinstance(phi, GPN) and phi.phi in ACTIVATIONS.values():
+        return list(ACTIVATIONS.values()).index(phi.phi), float(phi.a), float(phi.b)
+    if isinstance(phi, _Named):
+        return _KINDS.index(phi.key), 1.0, 0.0
+    raise ValueError(f"a stacked network's activation must be a named activation of gmp.gpn.ACTIVATIONS or its "
+                     f"GPN version (gmp.make_activation), got {phi!r}")
+
+
+def _check_same_shape(networks: Sequence[DeepMLP]) -> None:
+    if not networks:
+        raise ValueError("StackedDeepMLP needs at least one network")
+    first = networks[0]
+    for i, net in enumerate(networks):
+        if not isinstance(net, DeepMLP) or not all(isinstance(layer, RowNormalizedLinear) for layer in net.layers):
+            raise ValueError(f"network {i}: StackedDeepMLP stacks gmp.deep_mlp networks built with "
+                             "weights='row_normalized' and fused=True")
+        if net.first is None or net.last is None:
+            raise ValueError(f"network {i}: StackedDeepMLP needs a bottom and a top layer (in_features, out_features)")
+        shape = (net.width, net.depth, net.first.in_features, net.last.out_features, net.first.bias is not None,
+                 net.last.bias is not None, net.first_activation, net.layers[0].V.dtype)
+        if shape != (first.width, first.depth, first.first.in_features, first.last.out_features,
+                     first.first.bias is not None, first.last.bias is not None, first.first_activation,
+                     first.layers[0].V.dtype):
+            raise ValueError(f"network {i} differs in shape from network 0 (width, depth, input and output widths, "
+                             "biases, activation after the bottom layer and dtype must agree)")
+
+
+def _stacked_phi(h: torch.Tensor, kind: torch.Tensor, a: torch.Tensor, b: torch.Tensor, kinds: tuple[int, ...],
+                 gpn: bool) -> torch.Tensor:
+    """``a phi_kind(h) + b`` per network: every kind in ``kinds`` computed, the network's own kept."""
+    y = None
+    for k in kinds:
+        out = ACTIVATIONS[_KINDS[k]](h)
+        y = out if y is None else torch.where(kind == k, out, y)
+    return a * y + b if gpn else y
+
+
+class StackedDeepMLP(nn.Module):
+    """``N`` networks of :func:`gmp.deep_mlp` of one shape, trained as one (see the module).
+
+    Parameters, each with the network axis first: ``first_weight`` ``(N, n, d)`` and
+    ``first_bias`` ``(N, n)``, ``V[l]`` ``(N, n, n)`` (the free matrix of square layer ``l``,
+    Eq. (55)), ``bn_weight[l]``/``bn_bias[l]`` ``(N, n)`` when any network has BN, ``last_weight``
+    ``(N, k, n)`` and ``last_bias`` ``(N, k)``. ``forward`` takes a batch ``(B, d)`` that every
+    network sees, or ``(N, B, d)``, and returns logits ``(N, B, k)``.
+    """
+
+    def __init__(self, networks: Sequence[DeepMLP]):
+        super().__init__()
+        _check_same_shape(networks)
+        self.size = len(networks)
+        self.depth = networks[0].depth
+        self.first_activation = networks[0].first_activation
+
+        def stack(tensors):
+            return nn.Parameter(torch.stack([t.detach() for t in tensors]).clone())
+
+        self.first_weight = stack([net.first.weight for net in networks])
+        self.first_bias = stack([net.first.bias for net in networks]) if networks[0].first.bias is not None else None
+        self.V = nn.ParameterList(stack([net.layers[l].V for net in networks]) for l in range(self.depth))
+        self.last_weight = stack([net.last.weight for net in networks])
+        self.last_bias = stack([net.last.bias for net in networks]) if networks[0].last.bias is not None else None
+        dtype, width = self.first_weight.dtype, networks[0].width
+        kinds = [_kind(net.phi) for net in networks]
+        self.kinds = sorted({k for k, _, _ in kinds})
+        self.register_buffer("kind", torch.tensor([k for k, _, _ in kinds]).view(-1, 1, 1))
+        self.register_buffer("a", torch.tensor([a for _, a, _ in kinds], dtype=dtype).view(-1, 1, 1))
+        self.register_buffer("b", torch.tensor([b for _, _, b in kinds], dtype=dtype).view(-1, 1, 1))
+        self.gpn = any(a != 1.0 or b != 0.0 for _, a, b in kinds)
+        self._compiled = None
+        has_bn = [net.norms is not None for net in networks]
+        self.any_bn, self.all_bn = any(has_bn), all(has_bn)
+        self.register_buffer("bn_mask", torch.tensor(has_bn).view(-1, 1, 1))
+        if self.any_bn:
+            eps = {net.norms[0].eps for net in networks if net.norms is not None}
+            momentum = {net.norms[0].momentum for net in networks if net.norms is not None}
+            if len(eps) != 1 or len(momentum) != 1:
+                raise ValueError("the BN layers of stacked networks must share eps and momentum")
+            self.eps, self.momentum = eps.pop(), momentum.pop()
+
+            def bn_param(name, fill, l):
+                return stack([getattr(net.norms[l], name) if net.norms is not None
+                              else torch.full((width,), fill, dtype=dtype) for net in networks])
+
+            self.bn_weight = nn.ParameterList(bn_param("weight", 1.0, l) for l in range(self.depth))
+            self.bn_bias = nn.ParameterList(bn_param("bias", 0.0, l) for l in range(self.depth))
+            self.register_buffer("running_mean", torch.stack([torch.stack([
+                net.norms[l].running_mean if net.norms is not None else torch.zeros(width, dtype=dtype)
+                for net in networks]) for l in range(self.depth)]).clone())
+            self.register_buffer("running_var", torch.stack([torch.stack([
+                net.norms[l].running_var if net.norms is not None else torch.ones(width, dtype=dtype)
+                for net in networks]) for l in range(self.depth)]).clone())
+
+    def phi(self, h: torch.Tensor) -> torch.Tensor:
+        """Each network's activation on its slice of ``h`` ``(N, ...)``: ``a phi(h) + b``; one
+        fused kernel each way when :meth:`compile_activation` has been called."""
+        return (self._compiled or _stacked_phi)(h, self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
+
+    def compile_activation(self) -> None:
+        """Fuse the activation (every kind present, chosen per network, and ``a phi + b``) into one
+        kernel forward and one backward with ``torch.compile``: the eager form costs a few
+        kernels per kind present and layer. Compilation happens at the first call."""
+        self._compiled = torch.compile(_stacked_phi, dynamic=False, fullgraph=True)
+
+    def _batchnorm(self, h: torch.Tensor, l: int) -> torch.Tensor:
+        """``nn.BatchNorm1d`` of each network on its own batch (running statistics in eval mode):
+        one ``F.batch_norm`` over the ``N * n`` features of all networks, each its own channel."""
+        size, batch, width = h.shape
+        flat = h.transpose(0, 1).reshape(batch, size * width)
+        out = nn.functional.batch_norm(flat, self.running_mean[l].view(-1), self.running_var[l].view(-1),
+                                       self.bn_weight[l].view(-1), self.bn_bias[l].view(-1), self.training,
+                                       self.momentum, self.eps)
+        out = out.view(batch, size, width).transpose(0, 1)
+        return out if self.all_bn else torch.where(self.bn_mask, out, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            x = x.expand(self.size, *x.shape)
+        h = x @ self.first_weight.transpose(1, 2)
+        if self.first_bias is not None:
+            h = h + self.first_bias.unsqueeze(1)
+        x = self.phi(h) if self.first_activation else h
+        for l in range(self.depth):
+            h = row_normalized_linear(x, self.V[l])
+            if self.any_bn:
+                h = self._batchnorm(h, l)
+            x = self.phi(h)
+        out = x @ self.last_weight.transpose(1, 2)
+        return out + self.last_bias.unsqueeze(1) if self.last_bias is not None else out
+
+    @torch.no_grad()
+    def gradient_norms(self) -> torch.Tensor:
+        """``||dE/dV^(l)||_F`` of every square layer and network, ``(depth, N)`` (zeros before a
+        backward pass): the terms of the gradient norm ratio of Eq. (56)."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.V]
+        return torch.stack(torch._foreach_norm([g[i] for g in grads for i in range(self.size)])).view(
+            self.depth, self.size)
+
+    @torch.no_grad()
+    def orthogonality_drift(self) -> torch.Tensor:
+        """``max_ij |W W^T - I|`` of every square layer and network, ``(depth, N)``, computed
+        with matrix products in full precision (TF32 off) whatever the global setting."""
+        allow = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            out = []
+            for V in self.V:
+                W = V / torch.linalg.vector_norm(V, dim=-1, keepdim=True)
+                gram = W @ W.transpose(1, 2)
+                gram.diagonal(dim1=1, dim2=2).sub_(1)
+                out.append(gram.abs().amax(dim=(1, 2)))
+            return torch.stack(out)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = allow
+
+    @torch.no_grad()
+    def load_into(self, i: int, net: DeepMLP) -> DeepMLP:
+        """Copy network ``i`` of the stack into ``net`` (a network of the stacked shape) and return it."""
+        net.first.weight.copy_(self.first_weight[i])
+        if self.first_bias is not None:
+            net.first.bias.copy_(self.first_bias[i])
+        for l, layer in enumerate(net.layers):
+            layer.V.copy_(self.V[l][i])
+            if net.norms is not None:
+                net.norms[l].weight.copy_(self.bn_weight[l][i])
+                net.norms[l].bias.copy_(self.bn_bias[l][i])
+                net.norms[l].running_mean.copy_(self.running_mean[l, i])
+                net.norms[l].running_var.copy_(self.running_var[l, i])
+        net.last.weight.copy_(self.last_weight[i])
+        if self.last_bias is not None:
+            net.last.bias.copy_(self.last_bias[i])
+        return net

@@ -1,0 +1,243 @@
+"""The stacked trainer of the lu_real chapter (several depth-L networks as one batched
+computation), the first author's protocol in the built model, journals that name their
+device and precision, and the prepared GPU command run on a CPU."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import gmp
+from gmp import gpu
+from gmp.config import Config
+from gmp.experiments import lu_real
+from gmp.propagation import parameter_gradient_norms
+
+LABELS = ["SELU", "SELU-GPN", "SELU-BN", "ReLU-GPN-BN", "GELU", "Tanh-GPN"]
+
+
+def _cfg(**changes):
+    values = {**gmp.load_config("lu_real", "smoke").as_dict(), "width": 8, "depth": 3, "batch_size": 16,
+              "ratio_every": 2, "epochs": {"digits": 3, "mnist1d": 3}, "data": {"mnist": "digits", "cifar10": "digits"},
+              "activations": ["ReLU", "SELU"], **changes}
+    return Config("lu_real", "smoke", values)
+
+
+def _data(seed=0, rows=70, features=5):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, features, generator=g)
+    return (x, (x[:, 0] > 0).long() + (x[:, 1] > 0).long()), (x[:20] + 0.1, (x[:20, 0] > 0).long())
+
+
+def test_the_stacked_trainer_equals_the_one_network_trainer_in_float64():
+    """Six depth-50 networks (two with BN, SELU plain, GPN and with BN) trained three steps at
+    once give each network's own losses and per-layer gradient norms."""
+    cfg = _cfg(width=12, depth=50, lr=1e-4)  # the paper's rate
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(16, 5, generator=g, dtype=torch.float64), torch.randint(0, 3, (16,), generator=g))
+               for _ in range(3)]
+    stack = lu_real.StackedTraining(LABELS, 5, cfg, dtype=torch.float64)
+    stack._ratio = torch.zeros(3, len(LABELS), dtype=torch.float64)
+    stack._max_grad = torch.zeros_like(stack._ratio)
+    stacked = [stack._train_step(xb, yb) for xb, yb in batches]
+    for i, label in enumerate(LABELS):
+        one = lu_real.Training(label.removesuffix("-BN"), label.endswith("-BN"), 5, cfg)
+        one.model.double()
+        for step, (xb, yb) in enumerate(batches):
+            one.opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(one.model(xb), yb)
+            loss.backward()
+            norms = parameter_gradient_norms(one.model)
+            one.opt.step()
+            np.testing.assert_allclose(float(stacked[step][0][i]), loss.item(), rtol=1e-8, err_msg=f"{label} {step}")
+            np.testing.assert_allclose(stacked[step][1][:, i].numpy(), norms, rtol=1e-6, err_msg=f"{label} {step}")
+        assert len(norms) == 50 and np.ptp(norms) > 0
+
+
+def test_the_stacked_trainer_equals_the_one_network_trainer_epoch_by_epoch():
+    cfg, (train, test) = _cfg(), _data()
+    labels = ["ReLU", "ReLU-GPN", "SELU-BN", "SELU-GPN-BN"]
+    stack = lu_real.StackedTraining(labels, 5, cfg)
+    singles = [lu_real.Training(label.removesuffix("-BN"), label.endswith("-BN"), 5, cfg) for label in labels]
+    for epoch in (1, 2, 3):
+        together = stack.run_epoch(train, test, final=epoch == 3)
+        for one, got in zip(singles, together):
+            want = one.run_epoch(train, test, final=epoch == 3)
+            assert set(want) <= set(got)
+            for key in ("epoch", "steps", "ratio_steps", "diverged", "test_acc", "train_acc_running", "device",
+                        "precision", "ratio_undefined_steps") + (("train_acc",) if epoch == 3 else ()):
+                assert got[key] == want[key], (one.name, epoch, key)
+            for key in ("train_loss", "ratio_max"):
+                assert got[key] == pytest.approx(want[key], rel=1e-5), (one.name, epoch, key)
+            np.testing.assert_allclose(got["ratio"], want["ratio"], rtol=1e-5)
+            np.testing.assert_allclose(got["drift"], want["drift"], rtol=1e-4)
+    assert stack.step == singles[0].step == 3 * 5 and stack.mode == "eager"
+
+
+def test_a_network_forced_non_finite_diverges_alone_and_the_others_are_unchanged():
+    cfg, (train, test) = _cfg(), _data()
+    labels = ["ReLU", "SELU-GPN", "SELU-BN"]
+    clean, broken = (lu_real.StackedTraining(labels, 5, cfg) for _ in range(2))
+    with torch.no_grad():
+        broken.model.V[1][1].fill_(math.nan)
+    for epoch in (1, 2):
+        a, b = clean.run_epoch(train, test, False), broken.run_epoch(train, test, False)
+        for i in (0, 2):
+            assert {k: v for k, v in a[i].items() if k != "seconds"} == {k: v for k, v in b[i].items() if k != "seconds"}
+        assert not a[1]["diverged"]
+        if epoch == 1:
+            assert b[1]["diverged"] and b[1]["diverged_step"] == 0 and b[1]["train_loss"] is None
+        else:
+            assert b[1] == {"epoch": 2, "diverged": True, "after_divergence": True, "device": "cpu",
+                            "precision": "float32, TF32 off"}
+    for name in ("first_weight", "last_weight"):
+        assert torch.equal(getattr(clean.model, name)[0], getattr(broken.model, name)[0])
+
+
+def test_a_journal_from_another_device_or_precision_is_refused_for_replay(tmp_path):
+    cfg, (train, test) = _cfg(), _data()
+
+    def make():
+        return lu_real.Training("Tanh", False, train[0].shape[1], cfg)
+
+    _, first = lu_real.train_epoch(None, make, 1, 3, train, test, None)
+    assert first["device"] == "cpu" and first["precision"] == "float32, TF32 off"
+    again, _ = lu_real.train_epoch(None, make, 2, 3, train, test, tmp_path / "a.pt", {1: first})
+    assert again.epoch == 2
+    for change in ({"device": "cuda (NVIDIA H100 80GB HBM3)"}, {"precision": "float32, TF32 on"},
+                   {"device": None}):
+        entry = {**first, **change}
+        entry = {k: v for k, v in entry.items() if v is not None}
+        with pytest.raises(lu_real.ForeignJournal, match=r"Tanh: its journalled epochs were computed on .* never "
+                                                         r"replayed on another"):
+            lu_real.train_epoch(None, make, 2, 3, train, test, tmp_path / "b.pt", {1: entry})
+
+
+def test_a_checkpoint_is_read_onto_the_cpu_and_then_moved(tmp_path, monkeypatch):
+    """A network on a GPU resumes its checkpoint through the CPU: its shuffling generator is a
+    CPU generator, which a state loaded straight onto the GPU cannot set."""
+    cfg, (train, test) = _cfg(), _data()
+    training = lu_real.Training("Tanh", False, 5, cfg)
+    training.run_epoch(train, test, False)
+    training.save(tmp_path / "net.pt")
+    seen = []
+    original = lu_real.load_checkpoint
+    monkeypatch.setattr(lu_real, "load_checkpoint", lambda path, map_location, keys: seen.append(map_location)
+                        or original(path, map_location=map_location, keys=keys))
+    lu_real.Training("Tanh", False, 5, cfg).resume(tmp_path / "net.pt")
+    assert seen == ["cpu"]
+
+
+def _author_forward(model, x, constants):
+    """The first author's ``mnist.py`` forward pass, written from his code's description, with
+    our model's parameters: fc1 with bias, the activation, ``x @ (V / column norms)`` with V
+    his orientation (ours transposed), the activation, ..., out with bias."""
+    a, b = constants
+
+    def act(h):
+        return a * torch.nn.functional.selu(h) + b
+
+    h = act(x @ model.first.weight.T + model.first.bias)
+    for layer in model.layers:
+        V = layer.V.detach().T
+        h = act(h @ (V / V.pow(2).sum(0, keepdim=True).sqrt()))
+    return h @ model.last.weight.T + model.last.bias
+
+
+def test_the_paper_scale_model_follows_the_first_authors_protocol():
+    cfg = gmp.load_config("lu_real", "paper")
+    assert cfg.protocol == "author" and cfg.gpn_constants == "author"
+    model = lu_real.build("SELU-GPN", False, 784, cfg, 0)
+    assert model.depth == 200 and model.width == 500 and model.first_activation
+    for layer in (model.first, model.last):
+        W = layer.weight.detach().double()
+        assert layer.bias is not None
+        torch.testing.assert_close(W @ W.T, torch.eye(W.shape[0], dtype=torch.float64), atol=1e-5, rtol=0)
+    assert all(layer.bias is None for layer in model.layers)
+    V = model.layers[7].V.detach().double()
+    torch.testing.assert_close(V @ V.T, torch.eye(500, dtype=torch.float64), atol=1e-5, rtol=0)  # Haar start
+    assert (model.phi.a, model.phi.b) == gmp.gpn.AUTHOR_CONSTANTS["selu"] == (0.9660, 0.2585)
+    x = torch.randn(4, 784, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), _author_forward(model, x, (0.9660, 0.2585)), rtol=1e-4, atol=1e-4)
+    entries = [{"diverged": False, "ratio": [], "ratio_steps": [], "max_grad": [], "steps": 1, "seconds": 1.0,
+                "train_loss": 1.0, "train_acc_running": 0.97, "test_acc": 0.96, "drift": [0.0], "train_acc": 0.99,
+                "ratio_max": 1.5, "ratio_undefined_steps": 0}]
+    result = lu_real.network_result(entries, 1)
+    assert result["train_acc"] == 0.97 and result["train_acc_eval"] == 0.99  # Table 2's Train is the running count
+
+
+def test_the_authors_gpn_constants_are_the_quadratures_to_four_decimals():
+    """Within one unit of the fourth decimal; all correctly rounded but the b of Tanh (0.3886 for
+    0.38854) and of SELU (0.2585 for 0.25845; the author's MATLAB script has 0.2584)."""
+    for key, (a, b) in gmp.gpn.AUTHOR_CONSTANTS.items():
+        exact_a, b_plus, b_minus = gmp.gpn_constants(key)
+        exact_b = b_minus if gmp.gpn.PAPER_ROOTS[key] == "-" else b_plus
+        assert abs(a - exact_a) < 1e-4 and abs(b - exact_b) < 1e-4, key
+        assert (round(exact_a, 4), round(exact_b, 4) + 0.0) == (a, b) or key in ("tanh", "selu"), key
+
+
+def test_the_next_group_is_the_first_with_networks_not_journalled():
+    cfg = _cfg(activations=["ReLU"])
+    key = lu_real.epoch_key
+    assert gpu.next_group(cfg, {}) == ("digits", ["ReLU", "ReLU-GPN"])
+    whole = {key("digits", label, 0, e): {"diverged": False} for label in ("ReLU", "ReLU-GPN") for e in (1, 2, 3)}
+    assert gpu.next_group(cfg, whole) == ("digits", ["ReLU-BN", "ReLU-GPN-BN"])
+    diverged = {**whole, key("digits", "ReLU-BN", 0, 1): {"diverged": True}}
+    assert gpu.next_group(cfg, diverged) == ("digits", ["ReLU-GPN-BN"])
+    with pytest.raises(RuntimeError, match="holds 1 of 3 epochs"):
+        gpu.next_group(cfg, {**whole, key("digits", "ReLU-BN", 0, 1): {"diverged": False}})
+
+
+def test_chapter_code_runs_without_papermill_or_ipython_magics(root):
+    code = gpu.chapter_code(root / "book" / "part2" / "lu_real.ipynb", "smoke", "cuda")
+    compile(code, "lu_real", "exec")
+    assert "!git clone" not in code and "%pip" not in code
+    parameters = code.index('SCALE = os.environ.get("GMP_SCALE", "small")')
+    assert code.index("SCALE = 'smoke'\nDEVICE = 'cuda'") > parameters
+
+
+def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, root):
+    """``python -m gmp.gpu OUT --device cpu --scale smoke``: one chapter's code, then the next
+    group of lu_real's smoke run journalled whole; ``merge`` adds it to a repository's journal."""
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    out = tmp_path / "out"
+    assert gpu.main([str(out), "--device", "cpu", "--scale", "smoke", "--seconds", "300", "--smoke-seconds", "120",
+                     "--chapters", "lu_gpn"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["smoke"]["chapters"] == summary["smoke"]["chapters_ok"] == 1, summary["smoke"]
+    run = summary["lu_real"]
+    assert run["finished"] and run["networks"] == ["ReLU", "ReLU-GPN", "GELU", "GELU-GPN"] and run["mode"] == "eager"
+    cfg = gmp.load_config("lu_real", "smoke")
+    journal = out / "lu_real" / "_partial" / f"smoke-{cfg.digest}.jsonl"
+    entries = results.journal_entries(journal)
+    assert [e["key"] for e in entries] == [lu_real.epoch_key("digits", label, 0, 1) for label in run["networks"]]
+    assert all(e["value"]["device"] == "cpu" and e["value"]["stacked"] == 4 for e in entries)
+    added = gpu.merge(out, tmp_path / "repo")
+    assert len(added) == 4 and gpu.merge(out, tmp_path / "repo") == []
+    (out / "lu_real" / "_partial" / "smoke-0000000000000000.jsonl").write_text(journal.read_text())
+    with pytest.raises(ValueError, match="written for config 0000000000000000"):
+        gpu.merge(out, tmp_path / "repo")
+
+
+def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step():
+    """What the GPU runs (one fused SGD pass, the activations compiled into one kernel each way)
+    gives the multi-tensor update's and the eager activations' numbers, here on the CPU."""
+    cfg = _cfg(width=16, depth=6)
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(16, 5, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(3)]
+    labels = ["Tanh-GPN", "ReLU", "SELU-BN", "GELU-GPN-BN"]
+    runs = []
+    for fused, compile in ((False, False), (True, False), (True, True)):
+        training = lu_real.StackedTraining(labels, 5, cfg, compile=compile)
+        training.fused = fused
+        training._ratio = torch.zeros(3, len(labels), dtype=torch.float64)
+        training._max_grad = torch.zeros_like(training._ratio)
+        runs.append(torch.stack([training._train_step(xb, yb)[0] for xb, yb in batches]))
+        assert training.mode == "eager" + (", compiled activations" if compile else "")
+    torch.testing.assert_close(runs[1], runs[0], rtol=1e-6, atol=0)
+    torch.testing.assert_close(runs[2], runs[0], rtol=1e-5, atol=0)
