@@ -6,8 +6,10 @@ A unit vector ``u`` in R^n is written with ``n - 1`` angles ``theta``::
     u_i = sin(theta_1) ... sin(theta_{i-1}) cos(theta_i)      1 < i < n
     u_n = sin(theta_1) ... sin(theta_{n-1})
 
-:func:`angles_to_unit` computes the map with one cumulative product (no loop over units
-or over the dimension) and a hand-written backward pass that costs O(n) per unit, so a
+:func:`angles_to_unit` computes the map in a few vectorised passes over the angles (one
+sine, one cosine, one blocked cumulative product; no loop over units or over the
+dimension) and a hand-written backward pass that costs O(n) per unit (one blocked suffix
+sum, no reversed copies, no second evaluation of sines or cosines), so a
 geometric-parameterization layer pays O(out * in) per step for its direction;
 :func:`scaled_directions` computes ``r u(theta)`` at the same cost.
 :func:`unit_to_angles` is its exact inverse for every nonzero vector, including those
@@ -18,6 +20,7 @@ at initialisation; ours does not.)
 
 from __future__ import annotations
 
+import functools
 import math
 import typing
 
@@ -34,61 +37,172 @@ def _angles_to_unit_reference(theta: torch.Tensor) -> torch.Tensor:
     return torch.cat([prefix[..., :-1] * torch.cos(theta), prefix[..., -1:]], dim=-1)
 
 
+_BLOCK = 16
+"""Width of the blocks in which long rows are scanned (see :func:`_padded_width`)."""
+
+
+def _padded_width(n: int) -> int:
+    """Columns of the work buffers of a row of ``n`` coordinates: ``n`` itself when one
+    triangular ``(n, n)`` matrix product scans it (``n <= 2 * _BLOCK``), else ``n`` rounded up
+    to whole blocks of ``_BLOCK``, which are scanned separately and then joined."""
+    return n if n <= 2 * _BLOCK else -(-n // _BLOCK) * _BLOCK
+
+
+@functools.lru_cache(maxsize=64)
+def _lower_ones(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``M[i, j] = 1`` for ``i >= j``: ``x @ M`` is the reverse inclusive cumulative sum of the rows of ``x``."""
+    return torch.ones(size, size, dtype=dtype, device=device).tril_()
+
+
+def _cumprod_(prefix: torch.Tensor) -> torch.Tensor:
+    """Cumulative product along the rows of ``prefix`` (m, N), in place, N from :func:`_padded_width`.
+
+    A scan along a row is one chain of dependent multiplications, latency-bound; on rows
+    longer than ``2 * _BLOCK`` the chains are cut into blocks, then each block is multiplied
+    by the product of the blocks before it (a scan over block totals, ``_BLOCK`` times shorter).
+    """
+    m, width = prefix.shape
+    if width <= 2 * _BLOCK:
+        return prefix.cumprod_(1)
+    blocks = prefix.view(m, width // _BLOCK, _BLOCK).cumprod_(2)
+    blocks[:, 1:] *= blocks[:, :-1, -1].cumprod(1)[:, :, None]
+    return prefix
+
+
+def _reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """``R[:, l] = sum_{i >= l} x[:, i]`` for ``x`` (m, N), N from :func:`_padded_width`.
+
+    On the CPU, without reversed copies: within a block, one product with a triangular matrix
+    of ones (``0 * x`` adds an exact zero, so every sum holds exactly its own terms); across
+    blocks, the suffix sums of the block totals (``_BLOCK`` times fewer numbers) are added to
+    each block. Where a matrix product may round its float32 operands to TF32 or bfloat16 (a
+    GPU, or ``torch.set_float32_matmul_precision`` below "highest"), a cumulative sum between
+    two reversals instead.
+    """
+    if not _exact_matmul(x):
+        return x.flip(1).cumsum(1).flip(1)
+    m, width = x.shape
+    if width <= 2 * _BLOCK:
+        return x @ _lower_ones(width, x.dtype, x.device)
+    blocks = (x.view(-1, _BLOCK) @ _lower_ones(_BLOCK, x.dtype, x.device)).view(m, width // _BLOCK, _BLOCK)
+    later = blocks[:, 1:, 0].flip(1).cumsum(1).flip(1)  # sum of the blocks after block b, for b < last
+    blocks[:, :-1] += later[:, :, None]
+    return blocks.view(m, width)
+
+
+def _exact_matmul(x: torch.Tensor) -> bool:
+    """Whether a matrix product of ``x`` on its device keeps ``x``'s precision: on the CPU, for
+    float32 only while products may not drop to bfloat16 (the default)."""
+    if x.device.type != "cpu":
+        return False
+    if x.dtype != torch.float32:
+        return True
+    matmul = getattr(torch.backends.mkldnn, "matmul", None)
+    if matmul is not None and hasattr(matmul, "fp32_precision"):
+        return matmul.fp32_precision in ("none", "ieee")
+    return torch.get_float32_matmul_precision() == "highest"
+
+
 class _ScaledUnit(torch.autograd.Function):
     """``scale[:, None] * u(theta)`` for angles of shape (m, n - 1), Eq. (6), with an O(n)
     backward per row.
 
-    Forward: one cumulative product ``P_0 = scale``, ``P_{j+1} = P_j sin(theta_j)``
-    (0-based), then ``w_j = P_j cos(theta_j)`` for ``j < n - 1`` and ``w_{n-1} = P_{n-1}``.
-    Backward, with ``g = dL/dw``: ``theta_j`` enters ``w_j`` through ``cos`` and every later
-    ``w_i`` through the factor ``sin(theta_j)``, so ::
+    Write the factors ``f_0 = scale``, ``f_{j+1} = sin(theta_j)`` and their prefix products
+    ``P_l = f_0 ... f_l``; then ``w_j = P_j cos(theta_j)`` for ``j < n - 1`` and
+    ``w_{n-1} = P_{n-1}``. Forward: one sine pass written into the work buffer, one scan
+    (:func:`_cumprod_`), one cosine pass written into the output and one product; the sines
+    and cosines are not evaluated again in the backward pass. Backward, with ``g = dL/dw``
+    and the suffix sums ``R_l = sum_{i >= l} g_i w_i`` (:func:`_reverse_cumsum`; on the CPU no
+    reversed copies): ``f_l`` multiplies every ``w_i`` with ``i >= l``, so ``dL/df_l = R_l / f_l`` and ::
 
-        dL/dtheta_j = -g_j P_{j+1} + cot(theta_j) * sum_{i > j} g_i w_i
-                    = -g_j P_{j+1} + (w_j / P_{j+1}) * sum_{i > j} g_i w_i,
-        dL/dscale   = sum_i g_i w_i / scale,
+        dL/dtheta_j = -g_j P_{j+1} + cos(theta_j) R_{j+1} / sin(theta_j)
+                    = -g_j P_{j+1} + R_{j+1} w_j / P_{j+1},
+        dL/dscale   = R_0 / scale.
 
-    where the tail sums are one reverse cumulative sum, and ``cot(theta_j) = w_j / P_{j+1}``
-    holds to rounding, so only ``P`` and ``w`` are kept for the backward pass. Rows whose
-    last (hence smallest, as ``|sin| <= 1``) prefix product vanishes (an angle exactly 0 or
-    pi, or a zero scale: the formulas read 0/0) take the exact gradient of the plain
-    ``cumprod`` formula. Folding the scale into the first prefix product makes ``r u(theta)``
-    of a GmP layer cost no pass more than ``u(theta)``.
+    Where a prefix product is zero (a zero angle, a zero scale, or underflow), the quotients
+    read 0/0 and those positions take their exact value instead
+    (:func:`_degenerate_factor_grads`), on a GPU with masks over every row, so that no step
+    waits for the host.
+    Folding the scale into the first factor makes ``r u(theta)`` of a GmP layer cost no
+    pass more than ``u(theta)``.
     """
 
     @staticmethod
     def forward(ctx, theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        m, n = theta.shape[0], theta.shape[1] + 1
-        prefix = torch.empty(m, n, dtype=theta.dtype, device=theta.device)
+        m, k = theta.shape
+        n, width = k + 1, _padded_width(k + 1)
+        prefix = torch.empty(m, width, dtype=theta.dtype, device=theta.device)
         prefix[:, 0] = scale
-        torch.sin(theta, out=prefix[:, 1:])
-        prefix.cumprod_(dim=1)
-        weight = torch.empty_like(prefix)
-        torch.cos(theta, out=weight[:, :-1])
-        weight[:, :-1] *= prefix[:, :-1]
-        weight[:, -1] = prefix[:, -1]
-        ctx.save_for_backward(theta, scale, prefix, weight)
+        torch.sin(theta, out=prefix[:, 1:n])
+        if width > n:
+            prefix[:, n:] = 1.0
+        _cumprod_(prefix)
+        weight = torch.empty(m, n, dtype=theta.dtype, device=theta.device)
+        torch.cos(theta, out=weight[:, :k]).mul_(prefix[:, :k])
+        weight[:, k] = prefix[:, k]
+        ctx.save_for_backward(theta, prefix, weight)
         return weight
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        theta, scale, prefix, weight = ctx.saved_tensors
-        # reversed[:, k] = sum_{i >= n - 1 - k} g_i w_i: the tail sums, last column first.
-        reversed_tails = (grad_weight * weight).flip(1).cumsum_(1)
-        grad_theta = reversed_tails[:, :-1].flip(1)  # sum_{i > j} g_i w_i, a fresh contiguous buffer
-        grad_theta.mul_(weight[:, :-1]).div_(prefix[:, 1:])
-        grad_theta.addcmul_(grad_weight[:, :-1], prefix[:, 1:], value=-1.0)
-        grad_scale = reversed_tails[:, -1] / scale
-        degenerate = prefix[:, -1].abs() < torch.finfo(theta.dtype).tiny ** 0.5
-        if bool(degenerate.any()):
-            with torch.enable_grad():
-                rows = theta[degenerate].detach().requires_grad_(True)
-                row_scale = scale[degenerate].detach().requires_grad_(True)
-                exact = row_scale[:, None] * _angles_to_unit_reference(rows)
-                grad_rows, grad_row_scale = torch.autograd.grad(exact, (rows, row_scale), grad_weight[degenerate])
-            grad_theta[degenerate] = grad_rows
-            grad_scale[degenerate] = grad_row_scale
+        theta, prefix, weight = ctx.saved_tensors
+        m, n = weight.shape
+        k, width = n - 1, prefix.shape[1]
+        products = torch.empty(m, width, dtype=weight.dtype, device=weight.device)
+        torch.mul(grad_weight, weight, out=products[:, :n])
+        if width > n:
+            products[:, n:] = 0.0
+        tails = _reverse_cumsum(products)
+        following = prefix[:, 1:n]
+        grad_theta = torch.mul(tails[:, 1:n], weight[:, :k]).div_(following).addcmul_(grad_weight[:, :k], following,
+                                                                                      value=-1.0)
+        grad_scale = tails[:, 0] / prefix[:, 0]
+        if not _index_rows(theta.device):  # every row, masked: no host synchronisation
+            return _degenerate_factor_grads(theta, prefix[:, :n], grad_weight, grad_theta, grad_scale)
+        # |P_l| never grows along a row (|sin| <= 1), so the last one tells whether a row has a zero.
+        rows = (prefix[:, k] == 0).nonzero()[:, 0]
+        if len(rows):
+            grad_theta[rows], grad_scale[rows] = _degenerate_factor_grads(
+                theta[rows], prefix[rows, :n], grad_weight[rows], grad_theta[rows], grad_scale[rows])
         return grad_theta, grad_scale
+
+
+def _index_rows(device: torch.device) -> bool:
+    """Whether the backward pass of :class:`_ScaledUnit` picks the degenerate rows by index
+    (on the CPU, where reading a tensor costs no synchronisation) rather than treating every
+    row with masks (elsewhere)."""
+    return device.type == "cpu"
+
+
+def _degenerate_factor_grads(theta: torch.Tensor, prefix: torch.Tensor, grad_weight: torch.Tensor,
+                             grad_theta: torch.Tensor, grad_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of :class:`_ScaledUnit` with the positions of zero prefix products (a
+    suffix of each row, where the quotients ``R_l / f_l`` read 0/0) replaced by their exact values.
+
+    Let ``z`` be the first zero of a row: ``f_z`` is zero (a zero scale, a zero sine) or the
+    product underflowed there. ``dL/df_z = sum_{i >= z} g_i w_i / f_z`` is the same sum with
+    ``f_z`` replaced by 1 in every ``w_i``: one more scan with that factor set to 1. For
+    ``l > z``, ``dL/df_l`` carries the factor ``P_z = 0`` and is 0. Hence
+    ``dL/dtheta_j = cos(theta_j) dL/df_{j+1} - g_j P_{j+1}`` there, and ``dL/dscale = dL/df_0``.
+    """
+    m, n = prefix.shape
+    zero = prefix == 0
+    first = zero.clone()
+    first[:, 1:] &= ~zero[:, :-1]
+    factors = torch.ones(m, _padded_width(n), dtype=theta.dtype, device=theta.device)
+    torch.sin(theta, out=factors[:, 1:n])
+    factors[:, 0] = prefix[:, 0]
+    factors[:, :n].masked_fill_(first, 1.0)
+    _cumprod_(factors)
+    cos = torch.cos(theta)
+    factors[:, :n - 1] *= cos
+    factors[:, :n] *= grad_weight
+    factors[:, n:] = 0.0
+    at_first = _reverse_cumsum(factors)[:, :n].masked_fill_(~first, 0.0)
+    exact_theta = torch.addcmul(cos * at_first[:, 1:], grad_weight[:, :-1], prefix[:, 1:], value=-1.0)
+    return (torch.where(zero[:, 1:], exact_theta, grad_theta),
+            torch.where(zero[:, 0], at_first[:, 0], grad_scale))
 
 
 def _scaled_unit(theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

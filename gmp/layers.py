@@ -232,9 +232,12 @@ class GmPLinear(nn.Module):
         return self._act(F.linear(x, self.direction, self.lam)) * self.r
 
     def _r_positive(self) -> bool:
-        """Whether every ``r > 0``; False under ``torch.compile``, whose graph cannot branch on
-        the data (the general formula then serves, and the compiler fuses its product)."""
-        return not torch.compiler.is_compiling() and bool((self.r > 0).all())
+        """Whether every ``r > 0``, asked only on the CPU, where reading it costs no
+        synchronisation; False under ``torch.compile``, whose graph cannot branch on the data,
+        and on other devices, where the step would wait for the host (the general formula then
+        serves: one more product over the output, which a GPU or the compiler makes cheap)."""
+        return (not torch.compiler.is_compiling() and self.r.device.type == "cpu"
+                and bool((self.r > 0).all()))
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

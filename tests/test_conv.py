@@ -196,3 +196,10 @@ def test_the_accelerator_path_without_sign_checks_equals_the_formula_for_any_sig
     expected = layer.r.view(1, -1, 1, 1) * torch.relu(conv)
     assert torch.allclose(layer._relu_without_sync(x), expected, atol=1e-13)
     assert torch.allclose(layer(x), expected, atol=1e-13)
+
+
+def test_gmp_conv_off_the_cpu_reads_no_tensor_on_the_host():
+    # As for GmPLinear: on the meta device any data-dependent read raises.
+    layer = GmPConv2d(3, 4, 3, padding=1).to("meta")
+    layer(torch.empty(2, 3, 8, 8, device="meta")).sum().backward()
+    assert layer.theta.grad.shape == (4, 26) and layer.r.grad.shape == (4,)

@@ -167,3 +167,127 @@ def test_fourth_moment_test_rejects_glorot_uniform_directions_and_accepts_gaussi
         assert abs(accepted.z) < 4 and accepted.p_value > 1e-4 and abs(accepted.ratio - 1) < 0.01
     with pytest.raises(ValueError, match="shape"):
         gmp.hyperspherical.fourth_moment_test(torch.ones(5))
+
+
+# ---------------------------------------------------------------- issue 30: the fused map and its backward
+
+def _fused_and_reference(theta: torch.Tensor, scale: torch.Tensor, grad: torch.Tensor):
+    """Output and gradients of :func:`gmp.hyperspherical.scaled_directions` and of the plain
+    formula differentiated by autograd through ``cumprod``, for the same upstream gradient."""
+    from gmp.hyperspherical import scaled_directions
+
+    results = []
+    for fn in (scaled_directions, lambda t, s: s[:, None] * _angles_to_unit_reference(t)):
+        t, s = theta.clone().requires_grad_(True), scale.clone().requires_grad_(True)
+        out = fn(t, s)
+        out.backward(grad)
+        results.append((out.detach(), t.grad, s.grad))
+    return results
+
+
+def _every_orthant(n: int, units: int, generator: torch.Generator) -> torch.Tensor:
+    """Angles of ``units`` Gaussian vectors in R^n whose signs run through every pattern of the
+    first ``log2(units)`` coordinates (every orthant when ``units >= 2^n``) and are random after
+    them, then some raw angles anywhere in (-2 pi, 2 pi)."""
+    u = torch.randn(units, n, generator=generator, dtype=torch.float64).abs()
+    negative = torch.rand(units, n, generator=generator) < 0.5
+    bits = min(n, units.bit_length() - 1)
+    negative[:, :bits] = (torch.arange(units)[:, None] >> torch.arange(bits) & 1).bool()
+    u = torch.where(negative, -u, u)
+    theta = gmp.unit_to_angles(u)
+    raw = (torch.rand(4, n - 1, generator=generator, dtype=torch.float64) * 4 - 2) * math.pi
+    return torch.cat([theta, raw])
+
+
+def _degenerate_rows(theta: torch.Tensor, scale: torch.Tensor) -> None:
+    """Put zero angles, a zero scale and an angle pi into the first rows, in place."""
+    k = theta.shape[1]
+    theta[0, 0] = 0.0  # the first factor after the scale vanishes
+    theta[1, k // 2] = 0.0
+    theta[2, :] = 0.0  # every sine zero: the direction is e_1
+    theta[3, 0] = theta[3, k - 1] = 0.0  # two zeros: the second one cuts the first one's tail sum
+    theta[4, k - 1] = math.pi  # sin(pi) rounds to 1.2e-16, not 0: the quotients stand
+    scale[5] = 0.0
+
+
+@pytest.mark.parametrize("index_rows", [True, False], ids=["rows-by-index", "masked"])
+@pytest.mark.parametrize("n", [2, 3, 5, 32, 33, 40, 257, 1024])
+def test_fused_map_equals_autograd_through_cumprod_in_every_orthant_and_degenerate_points(n, index_rows, monkeypatch):
+    from gmp import hyperspherical
+
+    monkeypatch.setattr(hyperspherical, "_index_rows", lambda device: index_rows)
+    g = torch.Generator().manual_seed(n)
+    theta = _every_orthant(n, max(2 ** min(n, 5), 8), g)
+    scale = torch.rand(len(theta), generator=g, dtype=torch.float64) * 4 - 2
+    _degenerate_rows(theta, scale)
+    grad = torch.randn(len(theta), n, generator=g, dtype=torch.float64)
+    fused, reference = _fused_and_reference(theta, scale, grad)
+    for got, expected in zip(fused, reference):
+        assert torch.isfinite(got).all()
+        assert (got - expected).abs().max() <= 1e-13 * expected.abs().max()
+    assert torch.equal(fused[1][5], torch.zeros(n - 1, dtype=torch.float64))  # zero scale: no angle moves w
+
+
+@pytest.mark.parametrize("index_rows", [True, False], ids=["rows-by-index", "masked"])
+def test_fused_map_gradcheck_at_degenerate_angles_on_both_paths(index_rows, monkeypatch):
+    from gmp import hyperspherical
+
+    monkeypatch.setattr(hyperspherical, "_index_rows", lambda device: index_rows)
+    theta = torch.randn(7, 40, dtype=torch.float64)
+    scale = torch.randn(7, dtype=torch.float64)
+    _degenerate_rows(theta, scale)
+    assert torch.autograd.gradcheck(hyperspherical.scaled_directions,
+                                    (theta.requires_grad_(True), scale.requires_grad_(True)))
+
+
+def test_fused_map_underflowing_products_take_the_exact_scale_gradient():
+    # scale 1e-300 times sines of 1e-5: P_l underflows to exactly 0 at a factor that is not 0.
+    from gmp.hyperspherical import scaled_directions
+
+    theta = torch.full((2, 40), 1e-5, dtype=torch.float64)
+    theta[1] = torch.linspace(0.1, 3.0, 40, dtype=torch.float64)
+    scale = torch.tensor([1e-300, 1e-300], dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(2, 41, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    t = theta.clone().requires_grad_(True)
+    scaled_directions(t, scale).backward(grad)
+    assert torch.isfinite(t.grad).all()
+    expected = (grad * gmp.angles_to_unit(theta)).sum(dim=1)  # dL/dscale = g . u(theta)
+    assert torch.allclose(scale.grad, expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 31, 32, 33, 48, 1000])
+def test_blocked_scans_equal_torch_scans(n):
+    from gmp.hyperspherical import _cumprod_, _padded_width, _reverse_cumsum
+
+    width = _padded_width(n)
+    assert width >= n and (width == n or width % 16 == 0)
+    x = torch.rand(6, width, dtype=torch.float64, generator=torch.Generator().manual_seed(n)) + 0.5
+    assert torch.allclose(_cumprod_(x.clone()), torch.cumprod(x, 1), rtol=1e-13, atol=0)
+    expected = x.flip(1).cumsum(1).flip(1)
+    assert torch.allclose(_reverse_cumsum(x), expected, rtol=1e-13, atol=0)
+
+
+def test_masked_path_reads_no_tensor_on_the_host():
+    # On the meta device every data-dependent read (bool(), .item(), nonzero) raises, so a
+    # forward and backward pass there reads nothing back: no GPU step would wait for the host.
+    from gmp.hyperspherical import scaled_directions
+
+    theta = torch.empty(5, 40, device="meta", requires_grad=True)
+    scale = torch.empty(5, device="meta", requires_grad=True)
+    scaled_directions(theta, scale).backward(torch.empty(5, 41, device="meta"))
+    assert theta.grad.shape == (5, 40) and scale.grad.shape == (5,)
+
+
+def test_reverse_scan_avoids_matrix_products_that_may_round_float32_to_bfloat16():
+    from gmp.hyperspherical import _exact_matmul, _reverse_cumsum
+
+    x = torch.rand(4, 48, generator=torch.Generator().manual_seed(0))
+    assert _exact_matmul(x) and _exact_matmul(x.double())
+    assert not _exact_matmul(torch.empty(4, 48, device="meta"))  # any device but the CPU: TF32 may be on
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        assert not _exact_matmul(x) and _exact_matmul(x.double())
+        assert torch.equal(_reverse_cumsum(x), x.flip(1).cumsum(1).flip(1))
+    finally:
+        torch.set_float32_matmul_precision(before)

@@ -362,3 +362,11 @@ def test_gmp_linear_compiles_without_graph_breaks(r_sign):
     assert torch.allclose(got, expected, atol=1e-6)
     got.sum().backward()
     assert layer.theta.grad is not None and torch.isfinite(layer.theta.grad).all()
+
+
+def test_gmp_linear_off_the_cpu_reads_no_tensor_on_the_host():
+    # On the meta device every data-dependent read (bool(), .item(), nonzero) raises: the layer's
+    # forward and backward pass, the hyperspherical map included, never make a GPU wait for the host.
+    layer = gmp.GmPLinear(40, 6, mean_norm=True).to("meta")
+    layer(torch.empty(8, 40, device="meta")).sum().backward()
+    assert layer.theta.grad.shape == (6, 39) and layer.r.grad.shape == (6,) and layer.lam.grad.shape == (6,)
