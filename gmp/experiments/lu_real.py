@@ -736,6 +736,42 @@ def unfinished(units: Mapping[str, Any], seed: int = 0) -> dict[str, Any] | None
     return payload
 
 
+EARLIER_READING = "9022225089f51a10"
+"""Config digest of the book's earlier reading of Section 3.2 (no biases, no activation after
+the bottom layer, GPN constants from quadrature, Train on the whole training set), before the
+first author's code was found. Its CPU journal, epochs 1-5 of the twelve MNIST networks
+without BN, is kept under that name in ``_partial/`` and never mixes with the author's run."""
+
+
+def earlier_reading(seed: int = 0) -> dict[str, Any] | None:
+    """The payload (:func:`assemble`, marked unfinished) of the retired journal of the earlier
+    reading (:data:`EARLIER_READING`), or None where it is not at hand."""
+    from gmp.results import journal_path, journal_units
+
+    path = journal_path("lu_real", "paper", EARLIER_READING)
+    if path is None or not path.is_file():
+        return None
+    payload = assemble(_config.load("lu_real", "paper"), journal_units(path), seed)
+    payload["unfinished"] = True
+    return payload if payload["runs"] else None
+
+
+def earlier_text(payload: Mapping[str, Any] | None) -> str:
+    """What the earlier reading's retired CPU run showed, in one sentence (from its journal)."""
+    if payload is None:
+        return "Its journal is not at hand in this copy of the book."
+    runs = payload["runs"]["mnist"]
+    stuck = {label: r["test_acc"] for label, r in runs.items() if label in UNTRAINABLE}
+    gpn = {f"{a}-GPN": runs[f"{a}-GPN"]["test_acc"] for a in UNTRAINABLE if f"{a}-GPN" in runs}
+    best = max(runs, key=lambda label: runs[label]["test_acc"] or 0)
+    return (f"After {payload['epochs_reached']['mnist']['no BN']} of {payload['epochs']['mnist']} epochs its "
+            f"{len(runs)} MNIST networks without BN had test accuracies from "
+            f"{_pct(min(r['test_acc'] for r in runs.values()))}% to {_pct(runs[best]['test_acc'])}% ({best}); "
+            + ", ".join(f"{label} {_pct(v)}%" for label, v in stuck.items())
+            + " (about chance: without an output bias nothing pulls them to the majority class), and their GPN "
+              "versions " + ", ".join(f"{_pct(v)}%" for v in gpn.values()) + ".")
+
+
 def progress(units: Mapping[str, Any], seed: int = 0) -> str:
     """A sentence on how far an unfinished paper-scale run has got, from its journalled epochs ``units``."""
     cfg = _config.load("lu_real", "paper")
@@ -984,11 +1020,17 @@ def _cell(plain: Mapping[str, Any] | None, bn: Mapping[str, Any] | None, key: st
     return f"{one(plain)} ({one(bn)})"
 
 
+SPLITS = (("Train", "train_acc"), ("Train, whole set", "train_acc_eval"), ("Test", "test_acc"))
+"""Table 2's columns: the author's running training accuracy (Table 2's "Train"), the whole
+training set in evaluation mode after the last epoch (ours, beside it), the test set."""
+
+
 def table2(live: Mapping[str, Any], paper_run: Mapping[str, Any] | None, scale: str):
     """Table 2 of Lu et al. side by side: the paper's accuracies, ours at this build's scale
     (on the data the build used) and ours at paper scale (the cache, or an unfinished run at
     the epoch it reached, :func:`unfinished`; else "not yet run"). Cells read "without BN
-    (with BN)", in percent, as in the paper."""
+    (with BN)", in percent, as in the paper; ours add the whole training set in evaluation
+    mode (:data:`SPLITS`)."""
     import pandas as pd
 
     rows = {}
@@ -1003,18 +1045,18 @@ def table2(live: Mapping[str, Any], paper_run: Mapping[str, Any] | None, scale: 
             runs = live["runs"].get(used, {})
             stands_for = [DATASET_LABELS[d] for d, u in live["data"].items() if u == used and d != used]
             name = DATASET_LABELS[used] + (f" (stand-in for {' and '.join(stands_for)})" if stands_for else "")
-            for split in ("train", "test"):
-                row[(f"Ours, {scale} scale", name, split.capitalize())] = _cell(
-                    runs.get(variant), runs.get(run_label(variant, True)), f"{split}_acc")
+            for split, key in SPLITS:
+                row[(f"Ours, {scale} scale", name, split)] = _cell(
+                    runs.get(variant), runs.get(run_label(variant, True)), key)
         top = "Ours, paper scale (unfinished run)" if paper_run and paper_run.get("unfinished") else \
             "Ours, paper scale (cache)"
         for dataset in PAPER_DATASETS:
             ran = paper_run is not None and dataset in paper_run["runs"]
             name = epoch_text(paper_run, dataset) if ran and paper_run.get("unfinished") else DATASET_LABELS[dataset]
-            for split in ("train", "test"):
+            for split, key in SPLITS:
                 runs = paper_run["runs"][dataset] if ran else {}
-                text = _cell(runs.get(variant), runs.get(run_label(variant, True)), f"{split}_acc") if ran else NOT_RUN
-                row[(top, name, split.capitalize())] = text
+                text = _cell(runs.get(variant), runs.get(run_label(variant, True)), key) if ran else NOT_RUN
+                row[(top, name, split)] = text
         rows[variant] = row
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.columns = pd.MultiIndex.from_tuples(frame.columns)
@@ -1257,14 +1299,14 @@ def _gpn_stable(payload):
 
 _STAND_IN = (" Runs on stand-in data or at a reduced depth count at most as partly; only MNIST and "
              "CIFAR-10 at depth 200 can reproduce it.")
-_UNFINISHED = (" Before the paper-scale run has finished, it is judged on the epochs that every network "
-               "involved has reached, with the training accuracy of the last of them taken as the running "
-               "mean over its mini-batches; the full 50 epochs may change the verdict, and without "
-               "CIFAR-10 it is at most partly.")
-_UNFINISHED_PEAK = (" Before the paper-scale run has finished, it is judged on the epochs that every GPN network "
-                    "without BN has reached: a peak above the bound there stays a peak of the full run, so a network "
-                    "found unstable stays unstable and \"not reproduced\" is final, while \"reproduced\" or "
-                    "\"partly\" may change with the remaining epochs (and without CIFAR-10 is at most partly).")
+_UNFINISHED = (" Before the paper-scale run has finished, it is judged on the networks its journal holds, each "
+               "group cut to the epoch that all its journalled networks have reached (the GPU command journals "
+               "a few networks' 50 epochs at a time, so some may be missing); the networks still to come may "
+               "change the verdict, and without CIFAR-10 it is at most partly.")
+_UNFINISHED_PEAK = (" Before the paper-scale run has finished, it is judged on the GPN networks without BN that its "
+                    "journal holds, at the epoch they have all reached: a peak above the bound there stays a peak of "
+                    "the full run, so a network found unstable stays unstable, while any verdict may change with the "
+                    "networks still to come (and without CIFAR-10 it is at most partly).")
 
 
 def _judged_unfinished(groups: tuple[str, ...]) -> Callable[[Mapping[str, Any]], dict[str, Any] | None]:
