@@ -206,7 +206,16 @@ class Cached:
             when += (f" after resuming {p['resumed_units']} units journalled by earlier, interrupted attempts "
                      f"({_duration(p.get('resumed_seconds'))} of computing"
                      f"{_units_code_text(p.get('resumed_code', {}), uses, 'the run')})")
+        threads = p.get("threads") if isinstance(p.get("threads"), dict) else {}
+        if threads.get("notebook") or threads.get("workers"):
+            when += ", " + " and ".join(f"{n} threads {who}" for who, n in (("in the notebook", threads.get("notebook")),
+                                                                            ("per worker", threads.get("workers"))) if n)
         checks = "" if "payload_sha256" in p else " Payload hashes not recorded (a cache written before they were)."
+        checks += _units_code_text(p.get("units_code", {}), uses, "the notebook", sentence=True)
+        edited = [m for m in p.get("code_edited", []) if uses is None or m in uses]
+        if edited:
+            checks += (f" The files of {', '.join(edited)} changed while the run ran, so which version of them it "
+                       f"ran is uncertain; rerun {command} to be sure.")
         code = p.get("code") if isinstance(p.get("code"), dict) else {}
         scope = "gmp modules this chapter uses" if uses is not None else "gmp modules"
         if self.code_changed is None and "modules" in code:
@@ -240,10 +249,12 @@ class Cached:
                     f"<p>{_inline_code(html.escape(self.describe()))}</p></div>")
 
 
-def _units_code_text(summary: Mapping[str, Any], within: Collection[str] | None = None, than: str = "today") -> str:
-    """The part of a sentence on journalled units that the code of ``than`` (today's, or the run's that
-    resumed them) did not compute (see :func:`resumed_code`), naming only the changed modules in
-    ``within`` (a chapter's :func:`chapter_modules`) when given."""
+def _units_code_text(summary: Mapping[str, Any], within: Collection[str] | None = None, than: str = "today",
+                     sentence: bool = False) -> str:
+    """The part of a sentence on journalled units that the code of ``than`` (today's, the run's that
+    resumed them, or the notebook's) did not compute (see :func:`resumed_code`), naming only the
+    changed modules in ``within`` (a chapter's :func:`chapter_modules`) when given; with
+    ``sentence``, a sentence on the run's units."""
     parts = []
     changed = [m for m in summary.get("changed_modules", []) if within is None or m in within]
     if summary.get("other_code_units") and changed:
@@ -251,6 +262,9 @@ def _units_code_text(summary: Mapping[str, Any], within: Collection[str] | None 
                      f"{', '.join(changed)}")
     if summary.get("code_not_recorded_units"):
         parts.append(f"{summary['code_not_recorded_units']} of them with no code fingerprint recorded")
+    if sentence:
+        return " Of the units this run used, " + "; ".join(p.replace(" of them", "", 1) for p in parts) + "." \
+            if parts else ""
     return "; " + "; ".join(parts) if parts else ""
 
 
@@ -286,12 +300,17 @@ class Store:
         self._journal: dict[str, Any] = {}
         self._journal_path: Path | None = None
         self._codes_in_journal: set[str] = set()
+        self._used: set[str] = set()
         code_fingerprint()  # read now, so units name the code the run started with, not files edited while it runs
         if self.staging is not None:
             self._journal_path = self.staging.parent / "_partial" / f"{cfg.scale}-{cfg.digest}.jsonl"
             entries = journal_entries(self._journal_path)
             self._journal = {entry["key"]: entry["value"] for entry in entries}
             self._codes_in_journal = set(journal_code(entries))
+            record = self.staging / RUN_CODE / f"{os.getpid()}.json"
+            if not record.exists():  # what this process runs, for the run's provenance (read_run_records)
+                atomic_write_json(record, {"code": code_fingerprint(), "edited": code_edited(),
+                                           "threads": _threads()})
 
     def save(self, name: str, payload: Mapping[str, Any],
              arrays: Mapping[str, np.ndarray] | None = None) -> Path | None:
@@ -342,7 +361,7 @@ class Store:
         is not waited for: ``memo`` returns :data:`gmp.results.BUSY` at once.
         """
         if key in self._journal:
-            return self._journal[key]
+            return self._used_value(key)
         if self._journal_path is None:
             self._journal[key] = json.loads(json.dumps(compute()))
             return self._journal[key]
@@ -355,16 +374,31 @@ class Store:
                 except BlockingIOError:
                     return BUSY
             self._journal.update(journal_units(self._journal_path))  # another worker may have finished it
-            value = self._journal[key] if key in self._journal else self._compute_and_journal(key, compute)
+            if key not in self._journal:
+                self._compute_and_journal(key, compute)
         with contextlib.suppress(OSError):  # Windows: another worker may hold the file open
             lock.unlink(missing_ok=True)
-        return value
+        return self._used_value(key)
+
+    def _used_value(self, key: str) -> Any:
+        """The journalled value of ``key``, noted (under ``gmp.runs``) as one this run uses, so that the
+        runner resumes, caches and drops from the journal exactly the units the run used."""
+        if self.staging is not None and key not in self._used:
+            self._used.add(key)
+            used = self.staging / RUN_USED / f"{os.getpid()}.jsonl"
+            used.parent.mkdir(parents=True, exist_ok=True)
+            with open(used, "a") as handle:
+                handle.write(json.dumps(key) + "\n")
+        return self._journal[key]
 
     def _compute_and_journal(self, key: str, compute: Callable[[], Any]) -> Any:
         started = time.perf_counter()
         value = compute()
         code = code_fingerprint()
-        entry = {"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3), "code": code["digest"]}
+        entry = {"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3), "code": code["digest"],
+                 "threads": _threads()}
+        if edited := code_edited():
+            entry["edited"] = edited
         if code["digest"] not in self._codes_in_journal:
             entry["modules"], entry["hash"] = code["modules"], code["hash"]
             self._codes_in_journal.add(code["digest"])
@@ -385,6 +419,40 @@ class Store:
         return cached(self.chapter, name, scale)
 
 
+RUN_CODE = ".code"
+"""The folder of a run's staging folder where each process that opens a :class:`Store` records the code
+(:func:`code_fingerprint`, :func:`code_edited`) and threads it runs with (:func:`read_run_records`)."""
+RUN_USED = ".used"
+"""The folder of a run's staging folder where each process lists the journal keys its :meth:`Store.memo` returned."""
+
+
+def _threads() -> int | None:
+    """The number of threads torch computes with in this process (None when torch is not imported)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else None
+
+
+def read_run_records(staging: Path) -> tuple[list[dict[str, Any]], set[str]]:
+    """What the processes of a run recorded in its ``staging`` folder, removed from it: the code records
+    of :data:`RUN_CODE` (one per process) and the journal keys they used (:data:`RUN_USED`)."""
+    import shutil
+
+    records, used = [], set()
+    for path in sorted((staging / RUN_CODE).glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            records.append(json.loads(path.read_bytes()))
+    for path in sorted((staging / RUN_USED).glob("*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                used.add(json.loads(line))
+    for folder in (RUN_CODE, RUN_USED):
+        shutil.rmtree(staging / folder, ignore_errors=True)
+    return [r for r in records if isinstance(r, dict) and isinstance(r.get("code"), dict)], \
+        {key for key in used if isinstance(key, str)}
+
+
 def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     """Read the cached result ``name`` of ``chapter`` at ``scale`` and check it is current.
 
@@ -396,7 +464,7 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     root = results_root()
     folder = root / chapter / scale if root else None
     try:
-        found = _read_cache(folder, name) if folder is not None else None
+        found = _read_snapshot(folder, name) if folder is not None else None
     except CorruptCache as err:
         return Cached(chapter, name, scale, "corrupt", problem=str(err))
     if found is None:
@@ -416,6 +484,53 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
 
 class CorruptCache(Exception):
     """A cache folder fails its checks (see :func:`cached`)."""
+
+
+def replace_folder(staging: Path, final: Path) -> None:
+    """Put the finished cache folder ``staging`` in place of ``final`` (as ``gmp.runs`` does when a run
+    succeeds): ``final`` is renamed aside to ``.old-<name>-<pid>``, ``staging`` renamed to it and the
+    old one removed. A reader never sees a mix of the two (:func:`_read_snapshot`)."""
+    import shutil
+
+    old = final.parent / f".old-{final.name}-{os.getpid()}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staging, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _folder_identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        stat = folder.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+SNAPSHOT_TRIES = 50
+"""How many times :func:`_read_snapshot` reads a cache folder that is being replaced before it gives up."""
+
+
+def _read_snapshot(folder: Path, name: str):
+    """:func:`_read_cache` of one consistent state of ``folder``: the folder is the same one (device and
+    inode) before and after the read, and no replacement (:func:`replace_folder`) is half done;
+    otherwise it is read again, so a cache replaced during the read is not taken for a corrupt or
+    absent one."""
+    for attempt in range(SNAPSHOT_TRIES):
+        before = _folder_identity(folder)
+        try:
+            found, problem = _read_cache(folder, name), None
+        except CorruptCache as err:
+            found, problem = None, err
+        except OSError as err:  # a file that is_file() saw is gone, or cannot be read
+            found, problem = None, CorruptCache(f"{Path(err.filename or folder).name} cannot be read: {err.strerror}")
+        replacing = any(folder.parent.glob(f".old-{folder.name}-*")) if before is None else False
+        if before == _folder_identity(folder) and not replacing:
+            if problem is not None:
+                raise problem
+            return found
+        time.sleep(0.002 * (attempt + 1))
+    raise CorruptCache(f"the folder was replaced {SNAPSHOT_TRIES} times while it was read; read it again")
 
 
 def payload_hashes(folder: Path) -> dict[str, str]:
@@ -499,7 +614,8 @@ def entry_problem(entry: Any) -> str | None:
 
     An entry is a JSON object with a string ``key`` and a ``value``. ``Store.memo`` also
     writes ``code`` (a string), ``modules`` (strings by string), ``hash`` (:data:`CODE_HASH` or
-    ``"source"``) and ``seconds`` (a finite
+    ``"source"``), ``threads`` (torch's thread count, an integer >= 1, or null), ``edited`` (the
+    modules :func:`code_edited` names, when any) and ``seconds`` (a finite
     number >= 0); a line with any of them of another type was not written by gmp, so its
     value is not trusted either: :func:`journal_entries` skips the whole line (the unit is
     recomputed) rather than resume it with its code or time unknown.
@@ -513,6 +629,12 @@ def entry_problem(entry: Any) -> str | None:
         return "its 'modules' is not an object of strings"
     if "hash" in entry and entry["hash"] not in (CODE_HASH, "source"):
         return f"its 'hash' is {entry['hash']!r}, not {CODE_HASH!r} or 'source'"
+    edited = entry.get("edited")
+    if "edited" in entry and not (isinstance(edited, list) and all(isinstance(m, str) for m in edited)):
+        return "its 'edited' is not a list of strings"
+    threads = entry.get("threads")
+    if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
+        return f"its 'threads' is {threads!r}, not an integer >= 1"
     seconds = entry.get("seconds")
     if "seconds" in entry and not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
                                    and math.isfinite(seconds) and seconds >= 0):
@@ -566,19 +688,52 @@ def _syntax_digest(source: bytes) -> str:
     return hashlib.sha256(tree.encode()).hexdigest()[:16]
 
 
-@functools.cache
-def _module_hashes(scheme: str) -> dict[str, str]:
-    """Today's hash of each source file of the imported package ``gmp`` under ``scheme``, by its path
-    inside the package (``"experiments/chen_levy.py"``): :data:`CODE_HASH` or ``"source"``
-    (``gmp.bookcache.module_digests``, the bytes of the files ``gmp.bookcache.package_digest`` hashes)."""
+PACKAGE = Path(__file__).resolve().parent
+"""The folder of the imported package ``gmp``, whose modules :func:`code_fingerprint` hashes."""
+
+
+def _file_stats(package: Path) -> dict[str, tuple[int, int]]:
+    """``(size, mtime_ns)`` of each source file of ``package``, by its path inside it."""
+    stats = {}
+    for path in sorted(package.rglob("*.py")):
+        with contextlib.suppress(OSError):  # removed while we look
+            stat = path.stat()
+            stats[path.relative_to(package).as_posix()] = (stat.st_size, stat.st_mtime_ns)
+    return stats
+
+
+_IMPORTED_STATS = _file_stats(PACKAGE)  # when this process imported gmp (gmp/__init__.py imports this module)
+_HASHED_STATS: dict[str, tuple[int, int]] = {}  # when code_fingerprint() hashed the files
+
+
+def read_module_hashes(scheme: str, package: Path | None = None) -> dict[str, str]:
+    """The hash of each source file of ``package`` (default :data:`PACKAGE`) under ``scheme``, read from
+    the files now, not once per process as :func:`_module_hashes` (see it for the schemes)."""
+    package = package or PACKAGE
     from gmp.bookcache import module_digests
 
-    package = Path(__file__).resolve().parent
     if scheme == "source":
         return module_digests(package)
     if scheme != CODE_HASH:
         raise ValueError(f"unknown code hash {scheme!r}: expected {CODE_HASH!r} or 'source'")
     return {p.relative_to(package).as_posix(): _syntax_digest(p.read_bytes()) for p in sorted(package.rglob("*.py"))}
+
+
+def _module_hashes(scheme: str) -> dict[str, str]:
+    """Today's hash of each source file of the imported package ``gmp`` under ``scheme``, by its path
+    inside the package (``"experiments/chen_levy.py"``): :data:`CODE_HASH` (those of
+    :func:`code_fingerprint`) or ``"source"`` (``gmp.bookcache.module_digests``, the bytes of the
+    files ``gmp.bookcache.package_digest`` hashes), each read once per process."""
+    return code_fingerprint()["modules"] if scheme == CODE_HASH else _source_hashes()
+
+
+@functools.cache
+def _source_hashes() -> dict[str, str]:
+    return read_module_hashes("source", PACKAGE)
+
+
+def _digest(modules: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(modules, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @functools.cache
@@ -587,11 +742,38 @@ def code_fingerprint() -> dict[str, Any]:
 
     ``modules`` holds the :data:`CODE_HASH` of each source file of the imported package
     ``gmp``, by its path inside the package, such as ``"experiments/chen_levy.py"``; ``digest``
-    identifies them all. Computed once per process.
+    identifies them all. Computed once per process, from the files as they are then: where a
+    file has changed since the process imported ``gmp``, or changes later, :func:`code_edited`
+    names it.
     """
-    modules = _module_hashes(CODE_HASH)
-    return {"digest": hashlib.sha256(json.dumps(modules, sort_keys=True).encode()).hexdigest()[:16],
-            "modules": modules, "hash": CODE_HASH}
+    global _HASHED_STATS
+    _HASHED_STATS = _file_stats(PACKAGE)
+    modules = read_module_hashes(CODE_HASH, PACKAGE)
+    return {"digest": _digest(modules), "modules": modules, "hash": CODE_HASH}
+
+
+def code_edited() -> list[str]:
+    """The modules of ``gmp`` whose files changed while this process ran, so that
+    :func:`code_fingerprint` may not name the code it runs: a module imported before the edit runs
+    the old code, one imported after it the new.
+
+    They are the files whose size or mtime changed between the import of ``gmp`` and the
+    fingerprint (a touch counts), and those whose syntax hash differs from the fingerprint's now
+    (or that were removed). An edit undone before this is called goes unseen.
+    """
+    fingerprint = code_fingerprint()
+    now = _file_stats(PACKAGE)
+    edited = {module for module, stat in _IMPORTED_STATS.items() if _HASHED_STATS.get(module) != stat}
+    for module, stat in _HASHED_STATS.items():
+        if now.get(module) == stat:
+            continue
+        try:
+            digest = _syntax_digest((PACKAGE / module).read_bytes())
+        except OSError:
+            digest = None
+        if digest != fingerprint["modules"].get(module):
+            edited.add(module)
+    return sorted(edited)
 
 
 def changed_modules(modules: Mapping[str, str], scheme: str = "source",
@@ -700,6 +882,42 @@ def resumed_code(entries: list[dict[str, Any]], chapter: str | None = None) -> d
     return {"other_code_units": other, "code_not_recorded_units": unrecorded, "changed_modules": sorted(changed)}
 
 
+def code_against(entries: list[dict[str, Any]], reference: Mapping[str, Any],
+                 chapter: str | None = None) -> dict[str, Any]:
+    """How many units of journal ``entries`` were computed by code other than ``reference`` (a recorded
+    :func:`code_fingerprint`, such as the one a run's notebook ran), in the same form as
+    :func:`resumed_code`: units whose code differs in ``changed_modules`` (only the chapter's
+    :func:`chapter_modules` when ``chapter`` is given), and units whose code was not recorded or was
+    hashed another way, so that it cannot be compared."""
+    scheme, theirs = reference.get("hash", "source"), reference.get("modules", {})
+    codes = {reference.get("digest"): (theirs, scheme), **journal_code(entries)}
+    within = chapter_modules(chapter) if chapter else None
+    other, unknown, changed = 0, 0, set()
+    for entry in {entry["key"]: entry for entry in entries}.values():
+        recorded = codes.get(entry.get("code"))
+        if recorded is None or recorded[1] != scheme:
+            unknown += 1
+            continue
+        differ = {m for m in set(recorded[0]) | set(theirs) if recorded[0].get(m) != theirs.get(m)
+                  and (within is None or m in within)}
+        other += bool(differ)
+        changed |= differ
+    return {"other_code_units": other, "code_not_recorded_units": unknown, "changed_modules": sorted(changed)}
+
+
+def with_code(entries: list[dict[str, Any]], source: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``entries`` (chosen from the journal entries ``source``) with the per-module hashes of each code
+    digest on its first entry, where only a dropped entry of ``source`` carried them."""
+    codes, out, named = journal_code(source), [], set()
+    for entry in entries:
+        digest = entry.get("code")
+        if digest in codes and digest not in named and "modules" not in entry:
+            entry = {**entry, "modules": codes[digest][0], "hash": codes[digest][1]}
+        named.add(digest)
+        out.append(entry)
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """A claim of a paper that a chapter tests.
@@ -782,19 +1000,30 @@ def _claims_of(chapter: str) -> list[Claim]:
     return list(getattr(_config.experiment(chapter), "CLAIMS", []))
 
 
+MALFORMED = (KeyError, IndexError, TypeError, AttributeError)
+"""What a claim's rule raises on a payload that lacks what it reads or holds it in another form."""
+
+
 def _paper_scale_cell(chapter: str, claim: Claim) -> tuple[str, str]:
     entry = cached(chapter, claim.result, "paper")
     if entry.status == "absent":
-        payload = claim.unfinished(entry.units) if claim.unfinished is not None and entry.journalled else None
-        if payload is None:
-            return "—", NOT_RUN
-        measured, verdict = claim.evaluate(payload)
+        try:
+            payload = claim.unfinished(entry.units) if claim.unfinished is not None and entry.journalled else None
+            if payload is None:
+                return "—", NOT_RUN
+            measured, verdict = claim.evaluate(payload)
+        except MALFORMED as err:
+            return f"the journalled units are malformed: the rule cannot read them ({type(err).__name__}: {err})", CORRUPT
         return f"unfinished run: {measured}", verdict
     if entry.status == "stale":
         return "—", STALE
     if entry.status == "corrupt":
         return "—", CORRUPT
-    return claim.evaluate(entry.payload)
+    try:
+        return claim.evaluate(entry.payload)
+    except MALFORMED as err:
+        return (f"the cached {claim.result}.json is malformed: the rule cannot read it ({type(err).__name__}: "
+                f"{err}); rerun the chapter or restore the cache from git"), CORRUPT
 
 
 def _judged(chapter: str) -> list[tuple[Claim, str, str]]:

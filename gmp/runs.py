@@ -20,6 +20,7 @@ today's code and compares it with the journalled or cached value (``verify``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import gzip
 import hashlib
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +109,8 @@ def prefill(chapter: str, scale: str, jobs: int, device: str = "auto", seed: int
     others' units from the last backwards, skipping those another worker is computing, and
     at the end waits for those and takes any that are left. Each worker gets an equal share
     of the CPU cores as its ``OMP_NUM_THREADS`` unless that is set already (then every worker
-    gets that many). Stopping the caller (Ctrl-C, or SIGTERM as from ``kill``) stops the
+    gets that many), and its device from :func:`worker_devices` (several workers may share a GPU,
+    which is said on stderr). Stopping the caller (Ctrl-C, or SIGTERM as from ``kill``) stops the
     workers; each fit checkpoints itself, so a rerun resumes. Call it with
     ``GMP_RESULTS_STAGING`` set, as :func:`run` does.
     """
@@ -117,14 +120,19 @@ def prefill(chapter: str, scale: str, jobs: int, device: str = "auto", seed: int
         raise ValueError(f"--jobs must be at least 1, not {jobs}")
     if not os.environ.get(_results.STAGING_ENV):
         raise ValueError(f"prefill journals units only under gmp.runs: set {_results.STAGING_ENV}")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // jobs))
-    command = [sys.executable, "-m", "gmp.runs", chapter, "--scale", scale, "--device", device, "--seed", str(seed)]
+    threads = str(_worker_threads(jobs))
+    devices = worker_devices(device, jobs, _cuda_devices())
+    shared = {d: devices.count(d) for d in devices if d.startswith("cuda") and devices.count(d) > 1}
+    if shared:
+        print(f"gmp.runs: {jobs} workers on {len(set(devices))} GPU(s): "
+              + ", ".join(f"{n} share {d}" for d, n in shared.items())
+              + " (each with its own memory; --jobs 1 gives one process the whole GPU)", file=sys.stderr)
+    command = [sys.executable, "-m", "gmp.runs", chapter, "--scale", scale, "--seed", str(seed)]
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     workers = []
     try:
         for i in range(jobs):
-            workers.append(subprocess.Popen(command + ["--worker", f"{i}/{jobs}"],
+            workers.append(subprocess.Popen(command + ["--device", devices[i], "--worker", f"{i}/{jobs}"],
                                             env={**os.environ, "OMP_NUM_THREADS": threads}))
         failed = sum(worker.wait() != 0 for worker in workers)
     except BaseException:
@@ -138,6 +146,14 @@ def prefill(chapter: str, scale: str, jobs: int, device: str = "auto", seed: int
     if failed:
         raise WorkersFailed(f"{failed} of {jobs} workers of {chapter} failed (their errors are above); "
                            f"the units they finished are journalled and a rerun resumes from them")
+
+
+def _worker_threads(jobs: int) -> int:
+    """The threads of each of ``jobs`` workers: ``$OMP_NUM_THREADS`` if set, else an equal share of the cores."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // jobs)
 
 
 def _work(chapter: str, scale: str, device: str, seed: int, index: int, jobs: int) -> None:
@@ -166,11 +182,78 @@ def _announce_resume(chapter: str, journal: Path, code: dict) -> None:
               file=sys.stderr)
 
 
+@contextlib.contextmanager
+def run_lock(journal: Path) -> Iterator[None]:
+    """Hold the lock of a run of one chapter at one config (its ``journal``) for the whole run, or refuse.
+
+    Two runs that share a journal would each resume, cache and then delete the other's units, so
+    the second to start is refused with a ValueError (on systems without POSIX locks, nothing
+    stops them). The lock is a file in the run's scratch folder beside the journal; at the end
+    it is removed, and so are that folder and ``_partial`` when nothing else is left in them.
+    """
+    scratch = journal.with_suffix("")
+    if _results.fcntl is None:
+        try:
+            yield
+        finally:
+            _remove_if_empty(scratch, scratch.parent)
+        return
+    lock = scratch / "run.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as held:
+        try:
+            _results.fcntl.flock(held, _results.fcntl.LOCK_EX | _results.fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.seek(0)
+            who = held.read().strip() or "another process"
+            raise ValueError(f"another gmp.runs of this chapter with the same config is running ({who}; it holds "
+                             f"{lock}): two runs would share one journal and one cache, so this one does not "
+                             f"start. Wait for it to finish, or stop it, then rerun") from None
+        held.truncate(0)
+        held.write(f"pid {os.getpid()} on {platform.node()}, since "
+                   f"{_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
+        held.flush()
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)  # still held: a run that opens it now gets a new file, after this one
+            _remove_if_empty(scratch, scratch.parent)
+
+
+def _remove_if_empty(*folders: Path) -> None:
+    """Remove each of ``folders`` (the units' scratch folder, then ``_partial``) that is empty, in turn."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def worker_devices(device: str, jobs: int, gpus: int) -> list[str]:
+    """The device of each of ``jobs`` workers of a run on ``device`` on a machine with ``gpus`` CUDA devices.
+
+    ``"cuda"`` (or ``"auto"`` where there is a GPU) spreads the workers over the GPUs in turn, so that
+    with fewer GPUs than workers several workers share one (each with its own memory and CUDA
+    context; :func:`prefill` says so); a named device (``"cuda:1"``, ``"cpu"``) is every worker's.
+    """
+    if device == "cuda" or (device == "auto" and gpus > 0):
+        if gpus < 1:
+            raise ValueError(f"--device {device} needs a CUDA device, and this machine has none")
+        return [f"cuda:{i % gpus}" for i in range(jobs)]
+    return [device] * jobs
+
+
+def _cuda_devices() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Path | None = None,
         kernel: str = "python3", jobs: int = 1) -> Path:
     """Execute ``chapter`` at ``scale`` and return the folder its results were cached in.
 
     ``jobs`` > 1 first journals the chapter's units with that many workers (:func:`gmp.runs.prefill`).
+    One run of a chapter at one config runs at a time (:func:`run_lock`). The provenance names the
+    code and threads the notebook ran with and how the units' code differs from it (see
+    :func:`gmp.results.read_run_records`); the run resumes, caches and removes from the journal only
+    the units it used, so an interrupted run with another seed keeps its own.
     """
     import papermill
 
@@ -183,17 +266,55 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     if jobs > 1:
         _units_of(chapter)
         _need_locks()
+        worker_devices(device, jobs, _cuda_devices())
     cfg = _config.load(chapter, scale)
     resolved = _config.resolve_device(device)
     results_dir = (_results.results_root() or root / _results.RESULTS_PATH) / chapter
-    staging = results_dir / f".staging-{scale}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     journal = results_dir / "_partial" / f"{scale}-{cfg.digest}.jsonl"
-    resumed = _results.journal_entries(journal)
-    resumed_code = _results.resumed_code(resumed, chapter)
-    _announce_resume(chapter, journal, resumed_code)
-    started = time.time()
+    with run_lock(journal):
+        return _run_locked(chapter, scale, device, seed, root, kernel, jobs, notebook, cfg, resolved, results_dir,
+                           journal, papermill)
+
+
+def _stop(signum, frame):
+    sys.exit(128 + signum)
+
+
+def _run_locked(chapter, scale, device, seed, root, kernel, jobs, notebook, cfg, resolved, results_dir, journal,
+                papermill) -> Path:
+    """:func:`run` once it holds the run's lock.
+
+    From before its staging folder exists until the cache is in place, SIGTERM (``kill``) raises
+    SystemExit, so that the staging folder is removed as after any failure (papermill's kernel is
+    killed at once: nbclient's own handler of SIGTERM does that while a notebook runs).
+    """
+    staging = results_dir / f".staging-{scale}-{os.getpid()}"
+    failed = results_dir / "_partial" / f"failed-{scale}-{notebook.name}"
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        started = time.time()
+        resumed = _results.journal_entries(journal)
+        _announce_resume(chapter, journal, _results.resumed_code(resumed, chapter))
+        _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, papermill)
+        signal.signal(signal.SIGTERM, _stop)  # nbclient set it back to the default when the notebook finished
+        return _cache(chapter, scale, device, seed, root, jobs, cfg, resolved, results_dir, journal, staging, failed,
+                      resumed, started)
+    except BaseException:
+        if (staging / notebook.name).is_file():
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(staging / notebook.name, failed)
+            print(f"gmp.runs: {chapter} failed; the executed notebook is at {failed}. Finished units "
+                  f"are journalled and a rerun resumes from them.", file=sys.stderr)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, papermill) -> None:
+    """The workers of ``--jobs`` (if any), then the notebook, with the run's environment."""
     env = {_results.STAGING_ENV: str(staging), PROGRESS_ENV: "1", "GMP_SCALE": scale,
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     saved = {k: os.environ.get(k) for k in env}
@@ -201,30 +322,37 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     try:
         if jobs > 1:
             prefill(chapter, scale, jobs, device, seed)
+            _results.read_run_records(staging)  # the workers' records: their units name their code
         papermill.execute_notebook(
             str(notebook), str(staging / notebook.name),
             parameters={"SCALE": scale, "DEVICE": device, "SEED": seed},
             cwd=str(notebook.parent), kernel_name=kernel, progress_bar=True,
+            shutdown_kernel="immediate",  # on SIGTERM or Ctrl-C nbclient kills the kernel at once, so it journals no more
         )
-    except BaseException:
-        failed = results_dir / "_partial" / f"failed-{scale}-{notebook.name}"
-        failed.parent.mkdir(parents=True, exist_ok=True)
-        if (staging / notebook.name).is_file():
-            shutil.move(staging / notebook.name, failed)
-            print(f"gmp.runs: {chapter} failed; the executed notebook is at {failed}. Finished units "
-                  f"are journalled and a rerun resumes from them.", file=sys.stderr)
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    units = _results.journal_entries(journal) if hasattr(_config.experiment(chapter), "units") else []
-    if units:
+
+
+def _cache(chapter, scale, device, seed, root, jobs, cfg, resolved, results_dir, journal, staging, failed, resumed,
+           started) -> Path:
+    """Write the finished run's provenance and units into ``staging`` and put it in place of the cache."""
+    records, used = _results.read_run_records(staging)
+    notebook_run = records[0] if records else None
+    code = notebook_run["code"] if notebook_run else _results.code_fingerprint()
+    entries = _results.journal_entries(journal)
+    units = _results.with_code(list({e["key"]: e for e in entries if e["key"] in used}.values()), entries)
+    resumed = [e for e in resumed if e["key"] in used]
+    if units and hasattr(_config.experiment(chapter), "units"):
         lines = "".join(json.dumps(entry) + "\n" for entry in units)
         _results.atomic_write_bytes(staging / UNITS_FILE, gzip.compress(lines.encode(), mtime=0))
+    now = _results.read_module_hashes(code.get("hash", "source"))
+    edited = {m for m in set(code["modules"]) | set(now) if code["modules"].get(m) != now.get(m)}
+    edited |= set(notebook_run["edited"] if notebook_run else _results.code_edited())
+    edited |= {m for entry in units for m in entry.get("edited", [])}
     provenance = {
         "chapter": chapter, "scale": scale, "seed": seed, "device": describe_device(resolved),
         "commit": git_commit(root), "gmp_version": gmp.__version__, "torch_version": torch.__version__,
@@ -233,22 +361,24 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
         "wall_time_s": round(time.time() - started, 1), "jobs": jobs, "config": cfg.as_dict(), "config_digest": cfg.digest,
         "resumed_units": len({e["key"] for e in resumed}),
         "resumed_seconds": round(sum(e.get("seconds", 0.0) for e in resumed), 1),
-        "resumed_code": resumed_code, "code": _results.code_fingerprint(),
+        "resumed_code": _results.resumed_code(resumed, chapter),
+        "code": code, "code_of": "the notebook" if notebook_run else "the runner (the notebook opened no Store)",
+        "code_edited": sorted(edited), "units_code": _results.code_against(units, code, chapter),
+        "threads": {"notebook": notebook_run.get("threads") if notebook_run else None,
+                    "workers": _worker_threads(jobs) if jobs > 1 else None},
         "command": f"python -m gmp.runs {chapter} --scale {scale} --device {device} --seed {seed}"
                    + (f" --jobs {jobs}" if jobs > 1 else ""),
         "payload_sha256": _results.payload_hashes(staging),
     }
     _results.atomic_write_json(staging / "provenance.json", provenance)
     final = results_dir / scale
-    old = results_dir / f".old-{scale}-{os.getpid()}"
-    if final.exists():
-        os.replace(final, old)
-    os.replace(staging, final)
-    shutil.rmtree(old, ignore_errors=True)
-    journal.unlink(missing_ok=True)
-    for folder in (journal.with_suffix(""), results_dir / "_partial"):  # the units' scratch folder, then _partial
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
+    _results.replace_folder(staging, final)
+    left = [e for e in _results.journal_entries(journal) if e["key"] not in used]
+    if left:  # units of another seed (or key) that this run did not use stay for the run that will
+        _results.atomic_write_bytes(journal, "".join(json.dumps(e) + "\n" for e in _results.with_code(left, entries)).encode())
+    else:
+        journal.unlink(missing_ok=True)
+    failed.unlink(missing_ok=True)
     return final
 
 
@@ -289,6 +419,9 @@ def _recorded_units(chapter: str, scale: str) -> tuple[list[dict], _config.Confi
     if not isinstance(hashes, dict):
         raise ValueError(f"{folder / 'provenance.json'}: its payload_sha256 is not an object; {damaged}")
     units = folder / UNITS_FILE
+    if not units.is_file() and UNITS_FILE in hashes:
+        raise ValueError(f"{units} is missing: the run wrote it (provenance.json records its sha256), so it was "
+                         f"deleted since; restore it from git (git checkout -- {units}) or rerun the chapter")
     if not units.is_file():
         raise ValueError(f"the {scale}-scale cache of {chapter} keeps no units ({UNITS_FILE}: it was written "
                          f"before gmp.runs kept them); rerun the chapter to verify it")
@@ -366,11 +499,14 @@ def verify(chapter: str, scale: str = "paper", unit: str | None = None, seed: in
     The computation neither reads nor writes a journal or checkpoint. Returns a sentence on
     what was compared and the differences (:func:`compare`); none means it matches.
     """
+    if not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in (rtol, atol)):
+        raise ValueError(f"rtol and atol must be finite numbers >= 0, got rtol={rtol!r}, atol={atol!r}")
     units = _units_of(chapter, "to recompute, so --verify has nothing to check")
     entries, cfg, recorded_seed, source = _recorded_units(chapter, scale)
     recorded = {entry["key"]: entry for entry in entries}
     seed = seed if seed is not None else recorded_seed if recorded_seed is not None else 0
     saved = os.environ.pop(_results.STAGING_ENV, None)
+    before = torch.get_num_threads()
     try:
         todo = units(cfg, _results.Store(chapter, cfg), seed, _config.resolve_device(device))
         both = [key for key in todo if key in recorded]
@@ -380,16 +516,24 @@ def verify(chapter: str, scale: str = "paper", unit: str | None = None, seed: in
             raise ValueError(f"unit {unit!r} of {chapter} (seed {seed}) is not {source}; these are: "
                              f"{', '.join(both) or 'none'}")
         key = unit or both[0]
+        threads = recorded[key].get("threads")
+        if threads is not None:
+            torch.set_num_threads(threads)  # like with like: sums split over threads round differently
         started = time.perf_counter()
         fresh = json.loads(json.dumps(todo[key]()))
     finally:
+        torch.set_num_threads(before)
         if saved is not None:
             os.environ[_results.STAGING_ENV] = saved
     code = _results.resumed_code([recorded[key]], chapter)
     then = ("by code that differs from today's in " + ", ".join(code["changed_modules"]) if code["other_code_units"]
             else "with no code fingerprint recorded" if code["code_not_recorded_units"] else "by today's code")
+    threads_text = (f"with {threads} threads as it was computed" if threads is not None else
+                    f"with {before} threads; the unit records no thread count, and results can differ with it by "
+                    f"more than the tolerance (reductions split over threads round differently)")
     what = (f"unit {key!r} of {chapter} at {scale} scale, {source} (computed {then}), recomputed with today's code "
-            f"in {time.perf_counter() - started:.1f} s; tolerance rtol={rtol:g}, atol={atol:g}, timings left out")
+            f"{threads_text} in {time.perf_counter() - started:.1f} s; tolerance rtol={rtol:g}, atol={atol:g}, "
+            f"timings left out")
     return what, compare(recorded[key]["value"], fresh, rtol, atol)
 
 
@@ -403,6 +547,17 @@ def _seed_arg(text: str) -> int:
     return seed
 
 
+def _tolerance_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"a tolerance is a finite number >= 0, got {text!r} (an infinite or NaN one "
+                                         f"would let any difference, or none, match)")
+    return value
+
+
 def _device_arg(text: str) -> str:
     try:
         _config.resolve_device(text)
@@ -414,7 +569,8 @@ def _device_arg(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gmp.runs", description=__doc__.split("\n\n")[0])
     parser.add_argument("chapter", help="chapter name, e.g. chen_uci (the stem of book/<part>/<chapter>.md)")
-    parser.add_argument("--scale", default="paper", choices=_config.SCALES)
+    parser.add_argument("--scale", required=True, choices=_config.SCALES,
+                        help="smoke, small or paper (required: a paper-scale run can take hours)")
     parser.add_argument("--device", default="auto", type=_device_arg, help="'auto' (default), 'cpu' or 'cuda[:N]'")
     parser.add_argument("--seed", type=_seed_arg, default=None,
                         help="0 to 2**32 - 1; default 0 (with --verify: the cached run's)")
@@ -423,17 +579,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verify", action="store_true",
                         help="recompute one journalled or cached unit with today's code and compare (exit 1 if it differs)")
     parser.add_argument("--unit", help="the unit --verify recomputes (default: the first recorded)")
-    parser.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance of --verify (default 1e-5)")
-    parser.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance of --verify (default 1e-8)")
+    parser.add_argument("--rtol", type=_tolerance_arg, default=None, help="relative tolerance of --verify (default 1e-5)")
+    parser.add_argument("--atol", type=_tolerance_arg, default=None, help="absolute tolerance of --verify (default 1e-8)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.unit is not None and not args.verify:
-        parser.error("--unit goes with --verify")
+    for name in ("unit", "rtol", "atol"):
+        if getattr(args, name) is not None and not args.verify:
+            parser.error(f"--{name} goes with --verify (it says which unit to recompute or how closely it must match)")
     if args.verify:
         if args.jobs != 1:
             parser.error("--verify recomputes one unit in this process; it takes no --jobs")
         try:
-            what, differences = verify(args.chapter, args.scale, args.unit, args.seed, args.device, args.rtol, args.atol)
+            what, differences = verify(args.chapter, args.scale, args.unit, args.seed, args.device,
+                                       1e-5 if args.rtol is None else args.rtol, 1e-8 if args.atol is None else args.atol)
         except ValueError as err:
             parser.error(str(err))
         print(f"gmp.runs: {what}:")

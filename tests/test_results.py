@@ -633,3 +633,90 @@ def test_fig6_rotated_needs_every_activation_beyond_noise_by_the_sign_test():
     assert sbsnn_encoders._fig6_check(payload([1, 2, 3, 4]))[1] == PARTLY
     measured, verdict = sbsnn_encoders._fig6_check(payload([1, 2, 3, 4, 5, 6, -1]))
     assert verdict == PARTLY and "6 of 7" in measured and "-1.00 dB" in measured
+
+
+def test_a_cached_payload_lacking_what_a_rule_reads_is_corrupt_in_the_ledger_and_verdict_box(chapter, tmp_path,
+                                                                                             monkeypatch):
+    """A payload without the key a claim's rule reads (``KeyError: 'gap'``) was a crash of the verdict box and
+    the ledger; it is judged corrupt, saying what the rule could not read."""
+    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    _publish_hashed(tmp_path, {"methods": {}})
+    [row] = results.ledger_rows()
+    assert row["verdict"] == results.CORRUPT and "summary.json is malformed" in row["Measured at paper scale"]
+    assert "KeyError: &#x27;gap&#x27;" in row["Measured at paper scale"]
+    assert "verdict-corrupt" in results.verdict_box("fake_chapter").data
+
+
+def test_a_cache_replaced_while_it_is_read_is_read_whole_never_corrupt_or_absent(chapter, tmp_path):
+    """One thread replaces the cache as gmp.runs does (results.replace_folder) again and again while another
+    reads it: every read sees one of the two complete caches (before, 25 of 2,603 reads saw CORRUPT)."""
+    final = _publish_hashed(tmp_path, {"gap": 0.5})
+    root, digest = final.parent, config.load("fake_chapter", "paper").digest
+    stop, seen = threading.Event(), []
+
+    def replace():
+        for i in range(400):
+            staging = root / f".staging-paper-{i}"
+            results.atomic_write_json(staging / "summary.json", {"gap": float(i % 2)})
+            results.atomic_write_bytes(staging / "summary.npz", results._npz_bytes({"x": np.zeros(50_000)}))
+            results.atomic_write_json(staging / "provenance.json", {
+                "config_digest": digest, "date": "2026-11-22 00:00 UTC", "payload_sha256": results.payload_hashes(staging)})
+            results.replace_folder(staging, final)
+        stop.set()
+
+    writer = threading.Thread(target=replace)
+    writer.start()
+    while not stop.is_set():
+        seen.append(results.cached("fake_chapter", "summary").status)
+    writer.join()
+    assert len(seen) > 50 and set(seen) == {"current"}, {s: seen.count(s) for s in set(seen)}
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    """A stand-in for the gmp folder whose files code_fingerprint hashes, 'imported' now."""
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    for name in ("a.py", "b.py", "c.py"):
+        (folder / name).write_text(f"def {name[0]}():\n    return 1\n")
+    monkeypatch.setattr(results, "PACKAGE", folder)
+    monkeypatch.setattr(results, "_IMPORTED_STATS", results._file_stats(folder))
+    results.code_fingerprint.cache_clear()
+    yield folder
+    results.code_fingerprint.cache_clear()
+
+
+def _rewrite(path, text):
+    """Write ``text`` to ``path`` with a new mtime, as an editor would."""
+    stat = path.stat()
+    path.write_text(text)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+
+
+def test_code_edited_names_the_modules_changed_after_gmp_was_imported(package):
+    """Edited after the import but before the fingerprint (its code may be old or new), or after the fingerprint
+    in its code (not in a comment): named. An untouched module is not."""
+    _rewrite(package / "a.py", "def a():\n    return 2\n")
+    fingerprint = results.code_fingerprint()
+    assert results.code_edited() == ["a.py"]
+    _rewrite(package / "b.py", "def b():\n    return 1  # a comment changes no code\n")
+    assert results.code_edited() == ["a.py"]
+    _rewrite(package / "c.py", "def c():\n    return 3\n")
+    assert results.code_edited() == ["a.py", "c.py"]
+    assert results.code_fingerprint() == fingerprint  # still the files as first hashed
+
+
+def test_journal_entries_record_threads_and_edits_and_refuse_wrong_types(chapter, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    monkeypatch.setattr(results, "code_edited", lambda: ["implicit.py"])
+    store = results.Store("fake_chapter", config.load("fake_chapter", "paper"))
+    store.memo("u", lambda: 1)
+    [entry] = results.journal_entries(store._journal_path)
+    assert entry["threads"] == torch.get_num_threads() and entry["edited"] == ["implicit.py"]
+    record = json.loads(next((store.staging / results.RUN_CODE).glob("*.json")).read_text())
+    assert record["edited"] == ["implicit.py"] and record["threads"] == torch.get_num_threads()
+    assert results.entry_problem({"key": "u", "value": 1, "threads": 0}) == "its 'threads' is 0, not an integer >= 1"
+    assert results.entry_problem({"key": "u", "value": 1, "edited": "x"}) == "its 'edited' is not a list of strings"
+    assert results.entry_problem({"key": "u", "value": 1, "threads": None}) is None  # torch not imported

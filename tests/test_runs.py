@@ -78,8 +78,16 @@ def test_unknown_chapter_lists_the_known_ones(book):
         runs.run("other_chapter", "smoke", root=book)
 
 
+def _memo(*keys):
+    """A notebook that writes ``summary`` after ``Store.memo`` of each of ``keys`` (computing ``0`` where not journalled)."""
+    return ("from gmp import config, results\n"
+            "store = results.Store('fake_chapter', config.Config('fake_chapter', SCALE, {'n': 1}))\n"
+            f"values = [store.memo(key, lambda: 0) for key in {list(keys)!r}]\n"
+            "store.save('summary', {'values': values})\n")
+
+
 def test_a_resumed_run_reports_the_work_of_earlier_attempts(book):
-    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", _memo("a", "b"))
     digest = config.load("fake_chapter", "smoke").digest
     journal = book / "book" / "_results" / "fake_chapter" / "_partial" / f"smoke-{digest}.jsonl"
     journal.parent.mkdir(parents=True)
@@ -188,7 +196,7 @@ def test_the_commit_is_dirty_for_changed_code_but_not_for_a_changed_journal(tmp_
 
 def test_resuming_units_of_other_code_is_announced_and_recorded(book, capsys):
     """Interrupted after one unit, ``train_one`` edited, rerun: the old unit is kept but never silently."""
-    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", _memo("a", "b", "c"))
     digest = config.load("fake_chapter", "smoke").digest
     journal = book / "book" / "_results" / "fake_chapter" / "_partial" / f"smoke-{digest}.jsonl"
     journal.parent.mkdir(parents=True)
@@ -203,9 +211,10 @@ def test_resuming_units_of_other_code_is_announced_and_recorded(book, capsys):
            "experiments/chen_levy.py" in err
     assert "resuming 1 units of fake_chapter journalled with no code fingerprint" in err
     provenance = json.loads((final / "provenance.json").read_text())
-    assert provenance["code"] == today
+    assert provenance["code_of"] == "the notebook"
     assert provenance["resumed_code"] == {"other_code_units": 1, "code_not_recorded_units": 1,
                                           "changed_modules": ["experiments/chen_levy.py"]}
+    results.code_fingerprint.cache_clear()  # today's code is the files now, as the kernel read them (not at our start)
     described = results.cached("fake_chapter", "summary", "smoke").describe()
     assert "1 of them by code that differs from the run's in experiments/chen_levy.py" in described
     assert "The code of the gmp modules has not changed since this run finished." in described  # not "unchanged" beside
@@ -248,6 +257,7 @@ def test_verify_recomputes_a_cached_unit_and_reports_whether_it_matches(book, ca
     calls = _with_units(values)
     final = runs.run("fake_chapter", "smoke", device="cpu", seed=7, root=book)
     assert "units.jsonl.gz" in json.loads((final / "provenance.json").read_text())["payload_sha256"]
+    results.code_fingerprint.cache_clear()  # today's code is the files now, as the kernel read them (not at our start)
     capsys.readouterr()
     assert runs.main(["fake_chapter", "--scale", "smoke", "--verify", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
@@ -325,3 +335,211 @@ def test_bad_arguments_are_refused_before_anything_runs(book, capsys, args, mess
     with pytest.raises(SystemExit) as exit_:
         runs.main(["fake_chapter", "--scale", "smoke", *args])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+NOTEBOOK_CODE = """
+from gmp import config, results
+store = results.Store('fake_chapter', config.Config('fake_chapter', SCALE, {'n': 1}))
+ran = results.code_fingerprint()
+other = {**ran['modules'], 'implicit.py': '0' * 16}
+results.code_fingerprint = lambda: {'digest': 'other', 'modules': other, 'hash': ran['hash']}  # a worker's code
+store.memo('a', lambda: 1)
+store.save('summary', {'code': ran})
+"""
+
+
+def test_provenance_names_the_code_the_notebook_ran_and_where_its_units_differ(book, monkeypatch):
+    """The runner's own fingerprint (taken at launch, here a stand-in) is not what the notebook ran: the
+    provenance names the notebook's code, and says which units another code computed and where."""
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", NOTEBOOK_CODE)
+    real = results.code_fingerprint
+    launched = {**real(), "digest": "launch-time"}
+    monkeypatch.setattr(results, "code_fingerprint", lambda: launched)
+    final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    provenance = json.loads((final / "provenance.json").read_text())
+    ran = json.loads((final / "summary.json").read_text())["code"]
+    assert provenance["code"] == ran and provenance["code_of"] == "the notebook"
+    assert provenance["units_code"] == {"other_code_units": 1, "code_not_recorded_units": 0,
+                                        "changed_modules": ["implicit.py"]}
+    monkeypatch.setattr(results, "code_fingerprint", real)
+    described = results.cached("fake_chapter", "summary", "smoke").describe()
+    assert "Of the units this run used, 1 by code that differs from the notebook's in implicit.py." in described
+    assert not list(final.glob(".code")) and not list(final.glob(".used"))  # read into provenance, not cached
+
+
+LOCKED = """
+import fcntl, json, os, pathlib
+staging = pathlib.Path(os.environ["GMP_RESULTS_STAGING"])
+lock = staging.parent / "_partial" / f"{SCALE}-{DIGEST}" / "run.lock"
+with open(lock, "a") as handle:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held = False
+    except BlockingIOError:
+        held = True
+(staging / "summary.json").write_text(json.dumps({"held": held}))
+"""
+
+
+@pytest.mark.skipif(runs._results.fcntl is None, reason="POSIX file locks")
+def test_one_run_of_a_chapter_and_config_at_a_time(book):
+    """Two runners sharing a journal each deleted the other's units (a cache without units.jsonl.gz): a run
+    holds its journal's lock throughout, and a second one is refused before it starts."""
+    digest = config.load("fake_chapter", "smoke").digest
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", LOCKED.replace("{DIGEST}", digest))
+    final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    assert json.loads((final / "summary.json").read_text()) == {"held": True}
+    journal = book / "book" / "_results" / "fake_chapter" / "_partial" / f"smoke-{digest}.jsonl"
+    with runs.run_lock(journal):
+        with pytest.raises(ValueError, match=rf"another gmp.runs of this chapter with the same config is running "
+                                             rf"\(pid {os.getpid()} on .*\): two runs would share one journal"):
+            runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    assert not (final.parent / "_partial").exists()  # the lock leaves nothing behind
+
+
+def test_a_run_with_another_seed_resumes_caches_and_removes_only_its_own_units(book):
+    """Interrupted with seed 0 after 3 units, then run with seed 1: nothing of seed 0 is counted as resumed
+    or cached, and its units stay journalled for the seed-0 rerun, which resumes them."""
+    _with_units({"a": [1.0], "b": [2.0], "c": [3.0]})
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", MEMO_UNITS)
+    digest = config.load("fake_chapter", "smoke").digest
+    journal = book / "book" / "_results" / "fake_chapter" / "_partial" / f"smoke-{digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    today = results.code_fingerprint()
+    code = {"modules": today["modules"], "hash": today["hash"]}  # on the first entry of that code only
+    journal.write_text("".join(json.dumps({"key": f"{k}-0", "value": {"curve": [0.5], "seconds": 1.0}, "seconds": 5.0,
+                                           "code": today["digest"], **(code if k == "a" else {})}) + "\n"
+                               for k in ("a", "b", "x")))
+    final = runs.run("fake_chapter", "smoke", device="cpu", seed=1, root=book)
+    provenance = json.loads((final / "provenance.json").read_text())
+    assert provenance["resumed_units"] == 0 and provenance["resumed_seconds"] == 0
+    cached = [json.loads(line) for line in gzip.decompress((final / "units.jsonl.gz").read_bytes()).splitlines()]
+    assert sorted(e["key"] for e in cached) == ["a-1", "b-1"]
+    left = results.journal_entries(journal)
+    assert [e["key"] for e in left] == ["a-0", "b-0", "x-0"]
+    assert results.journal_code(left) == {today["digest"]: (today["modules"], today["hash"])}  # kept with the units
+    final = runs.run("fake_chapter", "smoke", device="cpu", seed=0, root=book)
+    provenance = json.loads((final / "provenance.json").read_text())
+    assert (provenance["resumed_units"], provenance["resumed_seconds"]) == (2, 10.0)
+    assert [e["key"] for e in results.journal_entries(journal)] == ["x-0"]  # used by neither run
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--verify", "--rtol", "inf"], "a tolerance is a finite number >= 0, got 'inf'"),
+    (["--verify", "--atol", "nan"], "a tolerance is a finite number >= 0, got 'nan'"),
+    (["--verify", "--rtol", "-0.1"], "a tolerance is a finite number >= 0, got '-0.1'"),
+    (["--rtol", "1e-3"], "--rtol goes with --verify"),
+    (["--atol", "1e-3"], "--atol goes with --verify"),
+])
+def test_verify_tolerances_must_be_finite_non_negative_and_go_with_verify(book, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        runs.main(["fake_chapter", "--scale", "smoke", *args])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(ValueError, match="rtol and atol must be finite numbers >= 0"):
+        runs.verify("fake_chapter", "smoke", rtol=float("inf"))
+
+
+def test_the_scale_must_be_given_since_the_paper_scale_takes_hours(book, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        runs.main(["fake_chapter"])
+    assert exit_.value.code == 2 and "the following arguments are required: --scale" in capsys.readouterr().err
+
+
+def test_verify_of_a_cache_whose_units_were_deleted_says_they_are_missing_and_how_to_restore(book, capsys):
+    _with_units({"a": [1.0, 2.0]})
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", MEMO_UNITS)
+    final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    (final / "units.jsonl.gz").unlink()
+    with pytest.raises(SystemExit) as exit_:
+        runs.main(["fake_chapter", "--scale", "smoke", "--verify"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"{final / 'units.jsonl.gz'} is missing: the run wrote it" in err
+    assert "git checkout --" in err and "before gmp.runs kept them" not in err
+
+
+def test_verify_recomputes_with_the_thread_count_the_unit_was_computed_with(book, monkeypatch, capsys):
+    """A unit computed by a one-thread worker and verified in a two-thread process differed (sums split over
+    threads round differently): the recomputation uses the recorded count, and says so."""
+    import torch
+
+    cfg = config.load("fake_chapter", "smoke")
+    monkeypatch.setenv(results.STAGING_ENV, str(book / "book" / "_results" / "fake_chapter" / ".staging-smoke-1"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        results.Store("fake_chapter", cfg).memo("a-0", lambda: {"threads": torch.get_num_threads()})
+    finally:
+        torch.set_num_threads(1)
+
+    def units(cfg, store, seed, device):
+        return {"a-0": lambda: {"threads": torch.get_num_threads()}}
+
+    sys.modules["gmp.experiments.fake_chapter"].units = units
+    try:
+        assert runs.main(["fake_chapter", "--scale", "smoke", "--verify"]) == 0
+        assert "with 3 threads as it was computed" in capsys.readouterr().out
+        assert torch.get_num_threads() == 1  # restored
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_successful_rerun_removes_the_notebook_of_the_failed_run(book):
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE + "\nraise RuntimeError('diverged on purpose')")
+    with pytest.raises(Exception, match="diverged on purpose"):
+        runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    failed = book / "book" / "_results" / "fake_chapter" / "_partial" / "failed-smoke-fake_chapter.ipynb"
+    assert failed.is_file()
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    runs.run("fake_chapter", "smoke", device="cpu", root=book)
+    assert not failed.exists() and not failed.parent.exists()
+
+
+SLOW_UNITS = """
+import time
+from gmp import config, results
+store = results.Store('fake_chapter', config.Config('fake_chapter', SCALE, {'n': 1}))
+for i in range(200):
+    store.memo(f'u{i}', lambda: time.sleep(0.2) or 1)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("when", ["as the staging folder appears", "after two units"])
+def test_sigterm_of_a_runner_removes_its_staging_folder_and_stops_its_kernel(book, when):
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", SLOW_UNITS)
+    script = ("import sys, types; from gmp import config, runs\n"
+              "m = types.ModuleType('gmp.experiments.fake_chapter'); m.CONFIG = config.scaled(smoke={'n': 1}, "
+              "small={'n': 2}, paper={'n': 3}); sys.modules[m.__name__] = m\n"
+              f"runs.run('fake_chapter', 'smoke', device='cpu', root=__import__('pathlib').Path({str(book)!r}))\n")
+    runner = subprocess.Popen([sys.executable, "-c", script], env={**os.environ})
+    digest = config.load("fake_chapter", "smoke").digest
+    folder = book / "book" / "_results" / "fake_chapter"
+    journal = folder / "_partial" / f"smoke-{digest}.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (list(folder.glob(".staging-*")) if when.startswith("as")
+                                          else len(results.journal_entries(journal)) >= 2):
+        time.sleep(0.01)
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=60) != 0
+    journalled = len(results.journal_entries(journal))
+    time.sleep(2)
+    assert len(results.journal_entries(journal)) == journalled < 200  # the kernel journals no more
+    assert not list(folder.glob(".staging-*"))
+
+
+def test_workers_on_a_cuda_device_spread_over_the_gpus_and_share_where_there_are_fewer(book, monkeypatch, capsys):
+    assert runs.worker_devices("cuda", 3, 1) == ["cuda:0"] * 3
+    assert runs.worker_devices("cuda", 3, 2) == ["cuda:0", "cuda:1", "cuda:0"]
+    assert runs.worker_devices("auto", 2, 2) == ["cuda:0", "cuda:1"]
+    assert runs.worker_devices("cuda:1", 2, 2) == ["cuda:1", "cuda:1"]
+    assert runs.worker_devices("auto", 2, 0) == ["auto", "auto"] and runs.worker_devices("cpu", 2, 1) == ["cpu", "cpu"]
+    with pytest.raises(ValueError, match="needs a CUDA device, and this machine has none"):
+        runs.worker_devices("cuda", 2, 0)
+    started = []
+    monkeypatch.setattr(runs, "_cuda_devices", lambda: 1)
+    monkeypatch.setattr(runs.subprocess, "Popen", lambda command, env: started.append(command) or
+                        types.SimpleNamespace(wait=lambda: 0, terminate=lambda: None))
+    monkeypatch.setenv(results.STAGING_ENV, str(book / "staging"))
+    runs.prefill("sbsnn_fitting", "smoke", jobs=2, device="cuda")
+    assert [c[c.index("--device") + 1] for c in started] == ["cuda:0", "cuda:0"]
+    assert "2 workers on 1 GPU(s): 2 share cuda:0" in capsys.readouterr().err
