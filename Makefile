@@ -12,7 +12,7 @@ MATHJAX := book/_static/mathjax/tex-chtml.js
 # made small convolutions several times slower with 2 threads than with 1.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: book test clean chromium
+.PHONY: book test clean chromium gpu-data
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,3 +40,13 @@ test: chromium $(VENV)/.installed $(MATHJAX)
 
 clean:
 	rm -rf _build
+
+# The data the GPU command (python -m gmp.gpu) reads, copied from GMP_DATA into _data/ (ignored by
+# git) so that it travels beside the checkout to a GPU machine: MNIST's four packed files and the
+# small data sets of the smoke chapters, about 24 MB.
+gpu-data:
+	@test -n "$(GMP_DATA)" || { echo "set GMP_DATA to the folder that holds the data (see README)"; exit 1; }
+	mkdir -p _data/MNIST/raw
+	cp $(GMP_DATA)/MNIST/raw/*.gz _data/MNIST/raw/
+	for d in banana images mnist1d uci uci_raw; do test ! -d $(GMP_DATA)/$$d || cp -r $(GMP_DATA)/$$d _data/; done
+	@du -sh _data
