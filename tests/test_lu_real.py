@@ -266,3 +266,21 @@ def test_the_earlier_readings_retired_run_is_summarised_from_its_journal():
     text = lu_real.earlier_text(payload)
     assert text.startswith("After 5 of 50 epochs its 12 MNIST networks without BN had test accuracies from ")
     assert lu_real.earlier_text(None) == "Its journal is not at hand in this copy of the book."
+
+
+def test_a_run_keeps_its_networks_in_memory_from_epoch_to_epoch(tmp_path, monkeypatch):
+    """Under gmp.runs every epoch is checkpointed, but the process that trains a network from one
+    epoch to the next does not read it back (a rebuild of 0.4 GB a network at paper scale)."""
+    cfg = _cfg(activations=["ReLU", "Tanh"])
+    reads = []
+    original = lu_real.Training.resume
+    monkeypatch.setattr(lu_real.Training, "resume", lambda self, path: reads.append(path) or original(self, path))
+    payload = _run(cfg, tmp_path / "lu_real" / ".staging", monkeypatch)
+    assert reads == [] and payload["epochs_reached"] == {"digits": {"no BN": 3, "BN": 3}}
+    staging = tmp_path / "w" / "lu_real" / ".staging"
+    monkeypatch.setenv(STAGING_ENV, str(staging))
+    store = Store("lu_real", cfg)
+    todo = lu_real.units(cfg, store, 0, "cpu")
+    for key in list(todo)[0::2]:  # one worker of two
+        store.memo(key, todo[key])
+    assert reads == []

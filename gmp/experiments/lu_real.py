@@ -871,18 +871,23 @@ def _train_to(cfg: Mapping[str, Any], store: Any, data: dict, live: dict[str, Tr
               epoch: int, seed: int, device: torch.device | str,
               earlier: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
     """Epoch ``epoch`` of the network ``label`` on ``dataset`` (:func:`train_epoch`), from the
-    network kept in ``live`` or its checkpoint; ``earlier``: its journalled earlier epochs;
-    ``data`` caches the data sets. Outside ``gmp.runs`` (no checkpoint) the network stays in ``live``."""
+    network kept in ``live`` when it stands at the epoch before, else its checkpoint;
+    ``earlier``: its journalled earlier epochs; ``data`` caches the data sets. An unfinished
+    network stays in ``live`` (under ``gmp.runs`` it is also checkpointed after every epoch),
+    so a process that trains it from epoch to epoch does not rebuild it from its checkpoint."""
     if dataset not in data:
         data[dataset] = (load_split(dataset, True, cfg["max_train"]), load_split(dataset, False))
     train, test = data[dataset]
     variant, batchnorm = label.removesuffix("-BN"), label.endswith("-BN")
     name = network_key(dataset, label, seed)
     checkpoint = store.scratch(name)
+    kept = live.pop(name, None)
+    epochs = int(cfg["epochs"][dataset])
     training, metrics = train_epoch(
-        live.pop(name, None), lambda: Training(variant, batchnorm, train[0].shape[1], cfg, device, seed),
-        epoch, int(cfg["epochs"][dataset]), train, test, checkpoint, earlier)
-    if checkpoint is None and not metrics["diverged"]:
+        kept if kept is not None and kept.epoch == epoch - 1 else None,
+        lambda: Training(variant, batchnorm, train[0].shape[1], cfg, device, seed),
+        epoch, epochs, train, test, checkpoint, earlier)
+    if not metrics["diverged"] and training.epoch < epochs:
         live[name] = training
     return metrics
 
@@ -893,11 +898,11 @@ def run(cfg: Mapping[str, Any], store: Any, device: torch.device | str = "cpu", 
     Each epoch of each network is one unit of ``store.memo`` (a :class:`gmp.results.Store`),
     journalled with its metrics (:meth:`Training.run_epoch`) under :func:`epoch_key`. Under
     ``gmp.runs`` every network is checkpointed after each epoch at ``store.scratch`` of its
-    :func:`network_key` (not committed: a depth-200 network and its momentum take 0.4 GB) and
-    dropped from memory, so an interrupted run resumes at the next epoch and gives the same
-    numbers; a machine without the checkpoint trains the network again from its first
-    epoch and checks that the journalled epochs come out as journalled (:func:`train_epoch`). Outside
-    ``gmp.runs`` the networks stay in memory. A diverged network is not trained further.
+    :func:`network_key` (not committed: a depth-200 network and its momentum take 0.4 GB),
+    so an interrupted run resumes at the next epoch and gives the same numbers; a machine
+    without the checkpoint trains the network again from its first epoch and checks that the
+    journalled epochs come out as journalled (:func:`train_epoch`). The networks stay in
+    memory from epoch to epoch. A diverged network is not trained further.
     Data sets are loaded when first needed. Returns :func:`assemble` of the journalled epochs.
     """
     data: dict = {}
@@ -930,6 +935,7 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     epochs only up to its divergence). The notebook then runs :func:`run` from the journal.
     """
     data: dict = {}
+    live: dict[str, Training] = {}
 
     def unit(dataset: str, label: str, epoch: int) -> Callable[[], dict[str, Any]]:
         def compute() -> dict[str, Any]:
@@ -937,7 +943,7 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
                        if (v := store.journalled(epoch_key(dataset, label, seed, e))) is not None}
             if any(v["diverged"] for v in earlier.values()):
                 return {"epoch": epoch, "diverged": True, "after_divergence": True}
-            return _train_to(cfg, store, data, {}, dataset, label, epoch, seed, device, earlier)
+            return _train_to(cfg, store, data, live, dataset, label, epoch, seed, device, earlier)
         return compute
 
     return {epoch_key(d, label, seed, e): unit(d, label, e) for d, label, e in schedule(cfg, seed)}
