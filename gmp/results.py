@@ -208,7 +208,7 @@ class Cached:
                      f"{_units_code_text(p.get('resumed_code', {}), uses, 'the run')})")
         threads = p.get("threads") if isinstance(p.get("threads"), dict) else {}
         if threads.get("notebook") or threads.get("workers"):
-            when += ", " + " and ".join(f"{n} threads {who}" for who, n in (("in the notebook", threads.get("notebook")),
+            when += ", " + " and ".join(f"{n} thread{'s' * (n != 1)} {who}" for who, n in (("in the notebook", threads.get("notebook")),
                                                                             ("per worker", threads.get("workers"))) if n)
         checks = "" if "payload_sha256" in p else " Payload hashes not recorded (a cache written before they were)."
         checks += _units_code_text(p.get("units_code", {}), uses, "the notebook", sentence=True)
