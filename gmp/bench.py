@@ -8,15 +8,18 @@ network under its author's protocol (:func:`minibatch`).
 
 ``python -m gmp.bench`` times one forward + backward step of ``GmPLinear(n, n)`` and of
 ``nn.Linear(n, n)`` + ReLU (float32, CPU unless ``--device`` says otherwise) at several
-batch sizes, in the same run, and prints their ratio. Each timing is the minimum over
-``--repeats`` repetitions (others may share the machine). A GmP layer built on the plain
-``cumprod`` formula with autograd is timed too, to show what the O(n) custom backward of
-:func:`gmp.angles_to_unit` saves. Not a test: timings depend on the machine.
+batch sizes and thread counts, in the same run, and prints their ratio and the share of the
+GmP step spent in the hyperspherical map (:func:`gmp.hyperspherical.scaled_directions`,
+forward + backward, timed alone). Each timing is the minimum over ``--repeats`` repetitions
+(others may share the machine). A GmP layer built on the plain ``cumprod`` formula with
+autograd is timed too, to show what the fused map saves (:func:`run`). Not a test: timings
+depend on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from collections.abc import Callable, Sequence
 
@@ -24,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gmp.hyperspherical import _angles_to_unit_reference
+from gmp.hyperspherical import _angles_to_unit_reference, scaled_directions
 from gmp.layers import GmPLinear
 
 
@@ -40,23 +43,19 @@ CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time
 shared machine disturbs less (most meaningful with one thread, ``OMP_NUM_THREADS=1``)."""
 
 
-def _step_times(models: dict[str, nn.Module], x: torch.Tensor, repeats: int, inner: int,
-                clock: Callable[[], float]) -> dict[str, float]:
-    """Per model, the minimum over ``repeats`` of the mean time of ``inner`` forward + backward
-    steps; the models take turns within each repeat so that they share the machine's load."""
-    def step(model: nn.Module) -> None:
-        model.zero_grad(set_to_none=True)
-        model(x).sum().backward()
-
-    best = {name: float("inf") for name in models}
+def _step_times(steps: dict[str, Callable[[], None]], repeats: int, inner: int, clock: Callable[[], float],
+                cuda: bool) -> dict[str, float]:
+    """Per step, the minimum over ``repeats`` of the mean time of ``inner`` calls; the steps
+    take turns within each repeat so that they share the machine's load."""
+    best = {name: float("inf") for name in steps}
     for round_ in range(repeats + 1):  # round 0 warms up
-        for name, model in models.items():
-            if x.is_cuda:
+        for name, step in steps.items():
+            if cuda:
                 torch.cuda.synchronize()
             start = clock()
             for _ in range(inner):
-                step(model)
-            if x.is_cuda:
+                step()
+            if cuda:
                 torch.cuda.synchronize()
             elapsed = (clock() - start) / inner
             if round_ > 0:
@@ -65,12 +64,20 @@ def _step_times(models: dict[str, nn.Module], x: torch.Tensor, repeats: int, inn
 
 
 def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: int = 7,
-        device: str = "cpu", clock: str = "wall", print_fn: Callable[[str], None] = print) -> list[dict[str, float]]:
-    """Time the three layers at each batch size; return one row per batch size."""
+        device: str = "cpu", clock: str = "wall", threads: Sequence[int] = (1, 2),
+        print_fn: Callable[[str], None] = print) -> list[dict[str, float]]:
+    """Time a forward + backward step of ``nn.Linear`` + ReLU, :class:`gmp.GmPLinear` and a GmP
+    layer differentiated through ``cumprod`` at each thread count and batch size, and the
+    hyperspherical map of the GmP layer alone (``r u(theta)`` forward, then backward with a
+    random upstream gradient: the part of the GmP step that ``nn.Linear`` does not pay).
+    Returns one row per thread count and batch size; ``map_share`` is the map's time over the
+    GmP step's."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if clock not in CLOCKS:
         raise ValueError(f"unknown clock {clock!r}: expected one of {', '.join(CLOCKS)}")
+    if not threads or any(t < 1 for t in threads):
+        raise ValueError(f"threads must be counts >= 1, got {list(threads)}")
     torch.manual_seed(0)
     dev = torch.device(device)
     models = {
@@ -78,20 +85,42 @@ def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: in
         "gmp": GmPLinear(width, width, init="glorot").to(dev),
         "gmp_cumprod": _CumprodGmPLinear(width, width, init="glorot").to(dev),
     }
+    theta, r = models["gmp"].theta, models["gmp"].r
+    grad = torch.randn(width, width, device=dev)
+
+    def map_step() -> None:
+        theta.grad = r.grad = None
+        scaled_directions(theta, r).backward(grad)
+
     rows = []
-    print_fn(f"forward+backward, {width}x{width}, float32, {dev}, torch {torch.__version__}, "
-             f"{torch.get_num_threads()} threads; {clock} clock, min over {repeats} repeats")
-    print_fn(f"{'batch':>6} {'Linear+ReLU ms':>15} {'GmPLinear ms':>13} {'ratio':>6} {'cumprod ms':>11} {'ratio':>6}")
-    for batch in batches:
-        x = torch.randn(batch, width, device=dev)
-        inner = max(1, 2048 // batch)
-        t = _step_times(models, x, repeats, inner, CLOCKS[clock])
-        row = {"batch": batch, **{f"{k}_ms": v * 1e3 for k, v in t.items()},
-               "ratio": t["gmp"] / t["linear_relu"], "ratio_cumprod": t["gmp_cumprod"] / t["linear_relu"]}
-        rows.append(row)
-        print_fn(f"{batch:>6} {row['linear_relu_ms']:>15.2f} {row['gmp_ms']:>13.2f} {row['ratio']:>6.2f} "
-                 f"{row['gmp_cumprod_ms']:>11.2f} {row['ratio_cumprod']:>6.2f}")
+    initial_threads = torch.get_num_threads()
+    print_fn(f"forward+backward, {width}x{width}, float32, {dev}, torch {torch.__version__}; "
+             f"{clock} clock, min over {repeats} repeats")
+    print_fn(f"{'threads':>7} {'batch':>6} {'Linear+ReLU ms':>15} {'GmPLinear ms':>13} {'ratio':>6} "
+             f"{'map ms':>7} {'map share':>9} {'cumprod ms':>11} {'ratio':>6}")
+    try:
+        for n_threads in threads:
+            torch.set_num_threads(n_threads)
+            for batch in batches:
+                x = torch.randn(batch, width, device=dev)
+                steps = {name: functools.partial(_train_step, model, x) for name, model in models.items()}
+                steps["map"] = map_step
+                t = _step_times(steps, repeats, max(1, 2048 // batch), CLOCKS[clock], dev.type == "cuda")
+                row = {"threads": n_threads, "batch": batch, **{f"{k}_ms": v * 1e3 for k, v in t.items()},
+                       "ratio": t["gmp"] / t["linear_relu"], "map_share": t["map"] / t["gmp"],
+                       "ratio_cumprod": t["gmp_cumprod"] / t["linear_relu"]}
+                rows.append(row)
+                print_fn(f"{n_threads:>7} {batch:>6} {row['linear_relu_ms']:>15.2f} {row['gmp_ms']:>13.2f} "
+                         f"{row['ratio']:>6.2f} {row['map_ms']:>7.2f} {row['map_share']:>9.0%} "
+                         f"{row['gmp_cumprod_ms']:>11.2f} {row['ratio_cumprod']:>6.2f}")
+    finally:
+        torch.set_num_threads(initial_threads)
     return rows
+
+
+def _train_step(model: nn.Module, x: torch.Tensor) -> None:
+    model.zero_grad(set_to_none=True)
+    model(x).sum().backward()
 
 
 def minibatch(stacks: Sequence[int] = (1, 2, 4), width: int = 192, updates: int = 300, compile: bool = True,
@@ -222,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS))
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                        help="thread counts of the GmPLinear benchmark (torch.set_num_threads)")
     parser.add_argument("--minibatch", action="store_true",
                         help="instead: mini-batch updates per second of the SBSNN figure network (Part III)")
     parser.add_argument("--deep", action="store_true",
@@ -235,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.deep:
         deep(args.depth, repeats=args.repeats, clock=args.clock)
     else:
-        run(args.width, args.batches, args.repeats, args.device, args.clock)
+        run(args.width, args.batches, args.repeats, args.device, args.clock, args.threads)
 
 
 if __name__ == "__main__":
