@@ -110,6 +110,7 @@ def test_chapter_has_install_cell_then_one_parameters_cell(page: Path):
     assert "%pip install" in code[0].source, "the first code cell installs gmp on Colab"
     params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1 and params[0] is code[1], "the second code cell, and only it, is tagged parameters"
+    assert "hide-cell" in params[0].metadata["tags"], "the parameters cell is folded in the rendered page"
     names = set(re.findall(r"^(\w+) =", params[0].source, re.M))
     assert names == {"SCALE", "DEVICE", "SEED"}
     assert 'os.environ.get("GMP_SCALE", "small")' in params[0].source
