@@ -196,7 +196,7 @@ def next_group(cfg: Mapping[str, Any], units: Mapping[str, Any], seed: int = 0) 
 
 
 MODES = ("CUDA graph, compiled activations", "CUDA graph", "eager")
-"""How :func:`train_group` may run the stacked step, fastest first: each is tried on CUDA until one works."""
+"""The ways :func:`train_group` may run the stacked step, fastest first; on CUDA each is tried until one works."""
 
 
 def _probe(labels: list[str], networks: list[Any], cfg: Any, device: str, x: torch.Tensor, y: torch.Tensor,
@@ -274,9 +274,13 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
         fixed = max(small - per_network * count, 0.0)
         left = (deadline - time.monotonic()) / 60
         fits = [k for k in range(1, len(labels) + 1) if minutes(fixed + per_network * k) <= 0.92 * left]
-        count = max(fits) if fits else 1
+        count = max(fits) if fits else 0
     print(f"  step of {len(labels)} networks ({mode}): {1e3 * step:.2f} ms, {minutes(step):.1f} min for {epochs} "
           f"epochs; {left:.1f} min left: training {count}", flush=True)
+    if count == 0:
+        summary["status"] = (f"not even one network finishes its {epochs} epochs in the {left:.1f} min left at the "
+                             "measured step times (probe_ms_per_step): nothing trained")
+        return summary
     chosen = labels[:count]
     training = lu_real.StackedTraining(chosen, width, cfg, device, seed, graph=mode.startswith("CUDA graph"),
                                        compile="compiled" in mode, networks=[built[k] for k in chosen])
@@ -286,8 +290,8 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
     kept: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
     for epoch in range(1, epochs + 1):
-        if time.monotonic() > deadline:
-            break
+        if time.monotonic() + (time.perf_counter() - started) / max(epoch - 1, 1) > deadline:
+            break  # the next epoch would end past the deadline
         metrics = training.run_epoch(train, test, final=epoch == epochs)
         for label, m in zip(chosen, metrics):
             key = lu_real.epoch_key(dataset, label, seed, epoch)

@@ -389,8 +389,8 @@ class StackedTraining:
         self._graph: Any = None
         self._static: tuple[torch.Tensor, torch.Tensor] | None = None
         self.mode = "eager" + (", compiled activations" if compile else "")
-        """How the full mini-batches ran: "eager", or "CUDA graph" once captured (", compiled
-        activations" added with ``compile``)."""
+        """The way the full mini-batches ran, "eager" or, once captured, "CUDA graph" (with
+        ", compiled activations" added under ``compile``)."""
 
     def _sgd(self, grads: list[torch.Tensor]) -> None:
         """``buf = momentum buf + grad; p -= lr buf``: ``torch.optim.SGD`` (no dampening, no
@@ -1027,8 +1027,9 @@ def _cell(plain: Mapping[str, Any] | None, bn: Mapping[str, Any] | None, key: st
 
 
 SPLITS = (("Train", "train_acc"), ("Train, whole set", "train_acc_eval"), ("Test", "test_acc"))
-"""Table 2's columns: the author's running training accuracy (Table 2's "Train"), the whole
-training set in evaluation mode after the last epoch (ours, beside it), the test set."""
+"""The columns of Table 2 for each data set, with the result key each shows. They are the author's
+running training accuracy (Table 2's "Train"), the whole training set in evaluation mode after
+the last epoch (ours, beside it) and the test set."""
 
 
 def table2(live: Mapping[str, Any], paper_run: Mapping[str, Any] | None, scale: str):
