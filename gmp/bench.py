@@ -3,6 +3,10 @@
 ``python -m gmp.bench --deep`` instead times training steps of the depth-200, width-500 network
 of Lu et al.'s Section 3.2 before and after the fused row-normalised layer (:func:`deep`).
 
+``python -m gmp.bench --stacked [--device cuda]`` instead times training steps of ``lu_real``'s
+depth-200 networks one at a time and stacked (:func:`stacked`), and on a GPU projects the whole
+paper-scale run from them.
+
 ``python -m gmp.bench --minibatch`` instead times mini-batch Adam updates of the SBSNN figure
 network under its author's protocol (:func:`minibatch`).
 
@@ -244,6 +248,95 @@ def deep(depth: int = 200, width: int = 500, batch: int = 64, in_features: int =
     return rows
 
 
+def stacked(depth: int = 200, width: int = 500, batch: int = 64, in_features: int = 784, stacks: Sequence[int] = (1, 4),
+            steps: int = 5, device: str = "cpu", print_fn: Callable[[str], None] = print) -> list[dict[str, float]]:
+    """Training steps of the depth-``depth`` networks of ``lu_real`` (the first author's protocol)
+    one at a time and stacked, measured in one run on ``device``.
+
+    Rows: the one-network trainer (:class:`gmp.experiments.lu_real.Training`: ``torch.optim.SGD``
+    foreach) and :class:`gmp.experiments.lu_real.StackedTraining` with each number of networks
+    in ``stacks`` (on CUDA with the step captured in a CUDA graph, fused SGD and compiled
+    activations, falling back to fewer of these when one fails; the row says which ran). Each
+    time is the mean of ``steps`` steps after two warm-up steps. GFLOP/s counts the square
+    layers' ``6 * batch * width^2`` FLOPs per network-step. On CUDA it also prints the projected
+    time of the whole paper run (24 MNIST networks for 50 epochs of 938 steps, and 24 CIFAR-10
+    networks for 100 epochs of 782 steps) from the fastest rate per network, evaluation not counted.
+    """
+    from gmp import config
+    from gmp.experiments import lu_real
+
+    base = config.load("lu_real", "paper")
+    cfg = config.Config("lu_real", "paper", {**base.as_dict(), "depth": depth, "width": width, "batch_size": batch})
+    dev = torch.device(device)
+    labels = lu_real.variants(lu_real.ACTIVATIONS)
+    count = max(stacks)
+    if count > len(labels):
+        raise ValueError(f"at most {len(labels)} networks (the six activations, plain and GPN), got {count}")
+    networks = [lu_real.build(label, False, in_features, cfg, 0) for label in labels[:count]]
+    torch.manual_seed(0)
+    x, y = torch.randn(batch, in_features, device=dev), torch.randint(0, 10, (batch,), device=dev)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    one = lu_real.Training(labels[0], False, in_features, cfg, dev)
+    one.model.load_state_dict(networks[0].state_dict())
+    for i in range(steps + 2):
+        if i == 2:
+            sync()
+            start = time.perf_counter()
+        one.opt.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(one.model(x), y).backward()
+        one.opt.step()
+    sync()
+    rows = [{"what": "one network (Training, foreach SGD)", "networks": 1,
+             "ms_per_network_step": 1e3 * (time.perf_counter() - start) / steps}]
+    del one
+    modes = ((True, True), (True, False), (False, False)) if dev.type == "cuda" else ((False, False),)
+    for n in stacks:
+        for graph, compile in modes:
+            try:
+                training = lu_real.StackedTraining(labels[:n], in_features, cfg, dev, graph=graph, compile=compile,
+                                                   networks=networks[:n])
+                training._ratio = torch.zeros(steps + 4, n, dtype=torch.float64, device=dev)
+                training._max_grad = torch.zeros_like(training._ratio)
+                for i in range(steps + 2):
+                    if i == 2:
+                        sync()
+                        start = time.perf_counter()
+                    training._full_step(x, y)
+                sync()
+            except Exception as err:  # capture or compilation failed on this machine: say so, try the next mode
+                print_fn(f"  {n} networks, graph={graph}, compile={compile}: {type(err).__name__}: {err}"[:300])
+                continue
+            rows.append({"what": f"StackedTraining ({training.mode})", "networks": n,
+                         "ms_per_network_step": 1e3 * (time.perf_counter() - start) / steps / n})
+            del training
+            break
+    flops = 6 * batch * width ** 2 * depth
+    first = rows[0]["ms_per_network_step"]
+    print_fn(f"training steps of lu_real's network (the author's protocol): depth {depth}, width {width}, batch {batch}, "
+             f"float32, TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}, {device}"
+             + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else
+                f", {torch.get_num_threads()} thread{'s' if torch.get_num_threads() != 1 else ''}")
+             + f", torch {torch.__version__}; mean of {steps} steps after 2 warm-up steps")
+    print_fn(f"{'what':<56} {'networks':>8} {'ms/network-step':>16} {'GFLOP/s':>8} {'vs one':>7}")
+    for row in rows:
+        row["gflops"] = flops / row["ms_per_network_step"] / 1e6
+        row["speedup"] = first / row["ms_per_network_step"]
+        print_fn(f"{row['what']:<56} {row['networks']:>8} {row['ms_per_network_step']:>16.2f} {row['gflops']:>8.1f} "
+                 f"{row['speedup']:>6.2f}x")
+    if dev.type == "cuda" and depth == 200 and width == 500 and batch == 64:
+        best = min(row["ms_per_network_step"] for row in rows) / 1e3
+        network_steps = 24 * (50 * 938 + 100 * 782)
+        print_fn(f"projected paper run (24 networks x 50 MNIST epochs + 24 x 100 CIFAR-10 epochs, "
+                 f"{network_steps:,} network-steps, evaluation not counted) at {1e3 * best:.2f} ms per network-step: "
+                 f"{network_steps * best / 3600:.2f} hours; one group of 12 MNIST networks: "
+                 f"{12 * 50 * 938 * best / 60:.1f} minutes")
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--width", type=int, default=1024)
@@ -258,11 +351,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--deep", action="store_true",
                         help="instead: training steps of Lu et al.'s depth-200 network, before and after the fused layer")
     parser.add_argument("--depth", type=int, default=200, help="with --deep: square layers (fewer for a quick run)")
-    parser.add_argument("--stacks", type=int, nargs="+", default=[1, 2, 4],
-                        help="with --minibatch: how many networks train at once")
+    parser.add_argument("--stacks", type=int, nargs="+", default=None,
+                        help="with --minibatch (default 1 2 4) or --stacked (default 1 4 12): how many networks train at once")
+    parser.add_argument("--stacked", action="store_true",
+                        help="instead: lu_real's depth-200 networks one at a time and stacked, on --device")
+    parser.add_argument("--steps", type=int, default=5, help="with --stacked: timed steps")
     args = parser.parse_args(argv)
     if args.minibatch:
-        minibatch(args.stacks)
+        minibatch(args.stacks or [1, 2, 4])
+    elif args.stacked:
+        stacked(args.depth, stacks=args.stacks or [1, 4, 12], steps=args.steps, device=args.device)
     elif args.deep:
         deep(args.depth, repeats=args.repeats, clock=args.clock)
     else:

@@ -241,3 +241,15 @@ def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step()
         assert training.mode == "eager" + (", compiled activations" if compile else "")
     torch.testing.assert_close(runs[1], runs[0], rtol=1e-6, atol=0)
     torch.testing.assert_close(runs[2], runs[0], rtol=1e-5, atol=0)
+
+
+def test_the_stacked_benchmark_times_one_network_and_each_stack_in_one_run():
+    from gmp import bench
+
+    lines = []
+    rows = bench.stacked(depth=3, width=16, batch=8, in_features=5, stacks=(1, 3), steps=2, print_fn=lines.append)
+    assert [(r["what"], r["networks"]) for r in rows] == [
+        ("one network (Training, foreach SGD)", 1), ("StackedTraining (eager)", 1), ("StackedTraining (eager)", 3)]
+    assert all(r["ms_per_network_step"] > 0 for r in rows) and rows[0]["speedup"] == 1.0
+    assert rows[2]["gflops"] == pytest.approx(6 * 8 * 16 ** 2 * 3 / rows[2]["ms_per_network_step"] / 1e6)
+    assert "depth 3, width 16, batch 8" in lines[0] and not any("projected" in line for line in lines)
