@@ -313,6 +313,7 @@ class _Adam:
         self.m = [torch.zeros_like(p) for p in params]
         self.v = [torch.zeros_like(p) for p in params]
         self.t = 0
+        self._root_c2 = torch.ones((), device=params[0].device) if params else torch.ones(())
         self.update = torch.compile(_adam_update, dynamic=False) if compile else _adam_update
 
     @torch.no_grad()
@@ -322,7 +323,7 @@ class _Adam:
         c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
         keras = self.flavour == "keras"
         scale = lrs * (math.sqrt(c2) / c1 if keras else 1 / c1)
-        root_c2 = torch.tensor(1.0 if keras else math.sqrt(c2), device=lrs.device)
+        root_c2 = self._root_c2.fill_(1.0 if keras else math.sqrt(c2))  # in place: no copy from the host, no sync
         scales = [scale.view(-1, *([1] * (p.dim() - 1))) for p in self.params]
         try:
             self.update(self.params, list(grads), self.m, self.v, scales, root_c2, self.betas, self.eps)
@@ -400,7 +401,7 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
         settings["stop_below"] = float(stop_below)
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.is_file():
-        state = load_checkpoint(checkpoint, map_location=device, keys=CHECKPOINT_KEYS)
+        state = load_checkpoint(checkpoint, map_location="cpu", keys=CHECKPOINT_KEYS)  # the generators are CPU ones
         if state["settings"] != settings:
             raise ValueError(f"checkpoint {checkpoint} was written by a fit with other settings; delete it or "
                              f"pass another checkpoint file")
@@ -415,7 +416,9 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
             with torch.no_grad():
                 for p, saved in zip(params, state["params"]):
                     p.copy_(saved)
-            optimizer.m, optimizer.v, optimizer.t = state["m"], state["v"], int(state["t"])
+            optimizer.m = [t.to(p.device) for t, p in zip(state["m"], params)]
+            optimizer.v = [t.to(p.device) for t, p in zip(state["v"], params)]
+            optimizer.t = int(state["t"])
             for g, saved in zip(generators, state["generators"]):
                 g.set_state(saved)
             for p, saved in zip(plateaus or [], state["plateaus"] or []):
@@ -435,7 +438,8 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
 
     def save(epoch: int, seconds: float) -> None:
         state = {"settings": settings, "epoch": epoch, "seconds": seconds, "lrs": lrs, "diverged": diverged,
-                 "params": [p.detach().cpu() for p in params], "m": optimizer.m, "v": optimizer.v, "t": optimizer.t,
+                 "params": [p.detach().cpu() for p in params], "m": [t.cpu() for t in optimizer.m],
+                 "v": [t.cpu() for t in optimizer.v], "t": optimizer.t,
                  "generators": [g.get_state() for g in generators],
                  "plateaus": [p.state() for p in plateaus] if plateaus else None,
                  "curves": {k: torch.from_numpy(v) for k, v in curves.items()}}

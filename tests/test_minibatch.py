@@ -184,6 +184,37 @@ def test_an_interrupted_fit_resumes_to_the_same_curves(tmp_path, monkeypatch):
 
 
 
+def test_a_checkpoint_holds_cpu_tensors_and_is_read_onto_the_cpu(tmp_path, monkeypatch):
+    """A fit on a GPU writes a checkpoint that any machine reads: its Adam moments are saved from
+    the CPU, and it is loaded onto the CPU (its shuffling generators are CPU generators, whose
+    state cannot be set from a GPU tensor) and then moved to the parameters' device."""
+    x, y = torch.randn(64, 24), torch.rand(64, 1)
+    kwargs = dict(epochs=2, lr=1e-3, batch_size=16, checkpoint_every=1)
+    seen, original = [], mb.load_checkpoint
+    monkeypatch.setattr(mb, "load_checkpoint", lambda path, map_location, keys: seen.append(map_location)
+                        or original(path, map_location=map_location, keys=keys))
+    saved = []
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: saved.append(obj) or real_save(obj, f, *a, **k))
+    first = mb.fit_stack(mb.layers(SMALL), [1], x, y, checkpoint=tmp_path / "fit.pt", **kwargs)
+    assert saved and all(t.device.type == "cpu" for t in saved[-1]["m"] + saved[-1]["v"] + saved[-1]["params"])
+    again = mb.fit_stack(mb.layers(SMALL), [1], x, y, checkpoint=tmp_path / "fit.pt", **kwargs)
+    assert seen == ["cpu"]
+    np.testing.assert_array_equal(again[0].train_mse, first[0].train_mse)
+
+
+def test_an_adam_step_copies_nothing_from_the_host(monkeypatch):
+    """No ``torch.tensor(...)`` per update: on a GPU each one is a copy from the host that waits for the device."""
+    params = [torch.zeros(2, 3, requires_grad=True)]
+    adam = mb._Adam(params, "torch")
+    made = []
+    real = torch.tensor
+    monkeypatch.setattr(torch, "tensor", lambda *a, **k: made.append(a) or real(*a, **k))
+    for _ in range(3):
+        adam.step([torch.ones(2, 3)], torch.full((2,), 1e-3))
+    assert made == [] and adam.t == 3 and float(adam._root_c2) == pytest.approx((1 - 0.999 ** 3) ** 0.5)
+
+
 def test_a_fit_with_stop_below_ends_at_the_first_epoch_at_or_below_it_and_a_rerun_does_not_train_on(tmp_path):
     x, y = torch.randn(64, 24), torch.rand(64, 1)
     kwargs = dict(lr=1e-2, batch_size=64, checkpoint_every=100)
