@@ -216,6 +216,9 @@ def _probe(labels: list[str], networks: list[Any], cfg: Any, device: str, x: tor
             training._max_grad = torch.zeros_like(training._ratio)
             for _ in range(2):
                 training._full_step(x[:size], y[:size])
+            if x.shape[0] % size:  # the shorter last batch and the evaluation's chunks: compiled here, not in the run
+                training._train_step(x[:x.shape[0] % size], y[:x.shape[0] % size])
+            training._accuracy(x[:1000], y[:1000])
             if training.device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
@@ -255,7 +258,7 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
     width = train[0].shape[1]
 
     def minutes(step_seconds: float) -> float:
-        return epochs * steps * step_seconds * 1.15 / 60  # 15% for each epoch's evaluation and drift
+        return epochs * steps * step_seconds * 1.3 / 60  # 30% for each epoch's evaluation and drift, and slack
 
     built = {label: lu_real.build(label.removesuffix("-BN"), label.endswith("-BN"), width, cfg, seed)
              for label in labels}
@@ -270,11 +273,23 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
         mode, small = _probe(labels[:count], [built[k] for k in labels[:count]], cfg, device, x, y, summary["notes"],
                              modes)
         summary["probe_ms_per_step"][count] = 1e3 * small
-        per_network = (step - small) / (len(labels) - count) if count < len(labels) else step / count
-        fixed = max(small - per_network * count, 0.0)
+        probed, total = count, len(labels)
+
+        def estimate(k: int) -> float:  # seconds per step of k networks: between the two measured sizes, linear
+            if k <= probed:
+                return small * k / probed
+            return small + (step - small) * (k - probed) / (total - probed)
+
         left = (deadline - time.monotonic()) / 60
-        fits = [k for k in range(1, len(labels) + 1) if minutes(fixed + per_network * k) <= 0.92 * left]
+        fits = [k for k in range(1, total + 1) if minutes(estimate(k)) <= 0.9 * left]
         count = max(fits) if fits else 0
+        if count and count not in summary["probe_ms_per_step"]:  # measure (and compile for) the size to be run
+            mode, chosen = _probe(labels[:count], [built[k] for k in labels[:count]], cfg, device, x, y,
+                                  summary["notes"], modes)
+            summary["probe_ms_per_step"][count] = 1e3 * chosen
+            left = (deadline - time.monotonic()) / 60
+            if minutes(chosen) > 0.9 * left:
+                count -= 1  # measured slower than interpolated: one fewer (not measured again)
     print(f"  step of {len(labels)} networks ({mode}): {1e3 * step:.2f} ms, {minutes(step):.1f} min for {epochs} "
           f"epochs; {left:.1f} min left: training {count}", flush=True)
     if count == 0:
@@ -290,8 +305,11 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
     kept: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
     for epoch in range(1, epochs + 1):
-        if time.monotonic() + (time.perf_counter() - started) / max(epoch - 1, 1) > deadline:
-            break  # the next epoch would end past the deadline
+        per_epoch = (time.perf_counter() - started) / max(epoch - 1, 1)
+        if epoch > 1 and time.monotonic() + per_epoch * (epochs - epoch + 1) > deadline:
+            summary["notes"].append(f"stopped after epoch {epoch - 1}: at {per_epoch:.1f} s per epoch the group would "
+                                    "end past the deadline")
+            break  # the group cannot finish: end now and leave the rest of the lease unspent
         metrics = training.run_epoch(train, test, final=epoch == epochs)
         for label, m in zip(chosen, metrics):
             key = lu_real.epoch_key(dataset, label, seed, epoch)
@@ -370,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     begin = time.monotonic()
-    deadline = begin + args.seconds - 25  # room to write the journal and summary
+    deadline = begin + args.seconds - 45  # room to write the journal (an fsync per network-epoch) and summary
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
