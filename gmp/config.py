@@ -124,9 +124,12 @@ def load(chapter: str, scale: str | None = None) -> Config:
 
 def resolve_device(device: str = "auto") -> torch.device:
     """``"auto"`` picks CUDA when available, else the CPU; otherwise a CPU, CUDA or MPS device
-    that this machine has (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``), else ValueError."""
+    that this machine has (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``), else ValueError.
+
+    On CUDA it also turns TF32 off for matrix products and convolutions, so that a chapter
+    computes in float32 as the papers' GPUs did (set ``GMP_TF32=1`` to keep TF32 on)."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         resolved = torch.device(device)
     except RuntimeError as err:
@@ -139,6 +142,9 @@ def resolve_device(device: str = "auto") -> torch.device:
         raise ValueError(f"device {device!r} requested but this machine has {torch.cuda.device_count()} CUDA devices")
     if resolved.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {device!r} requested but MPS is not available; use 'auto' or 'cpu'")
+    if resolved.type == "cuda" and os.environ.get("GMP_TF32") != "1":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     return resolved
 
 

@@ -73,8 +73,10 @@ def git_commit(root: Path) -> str:
 
 
 def describe_device(device: torch.device) -> str:
+    """The device as provenance records it; on CUDA with its precision (TF32 on or off)."""
     if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
+        tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32
+        return f"cuda ({torch.cuda.get_device_name(device)}), float32 with TF32 {'on' if tf32 else 'off'}"
     return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 
 

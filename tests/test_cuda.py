@@ -68,3 +68,17 @@ def test_a_diverged_network_changes_no_other_on_the_gpu():
         broken.model.V[3][1].fill_(float("nan"))
     a, b = clean.run_epoch(train, test, False), broken.run_epoch(train, test, False)
     assert a[0]["train_loss"] == b[0]["train_loss"] and b[1]["diverged"] and not a[1]["diverged"]
+
+
+def test_resolving_a_cuda_device_turns_tf32_off(monkeypatch):
+    monkeypatch.delenv("GMP_TF32", raising=False)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        assert gmp.resolve_device("cuda").type == "cuda"
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        from gmp.runs import describe_device
+
+        assert describe_device(torch.device("cuda")).endswith("float32 with TF32 off")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = True
