@@ -28,13 +28,6 @@ def _hash_files(digest: "hashlib._Hash", files: list[Path], root: Path) -> None:
         digest.update(path.read_bytes())
 
 
-def module_digests(package: Path) -> dict[str, str]:
-    """SHA-256 (first 16 hex digits) of each source file of the package folder ``package``
-    (the files :func:`package_digest` hashes), by its path relative to ``package``."""
-    return {p.relative_to(package).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-            for p in sorted(package.rglob("*.py"))}
-
-
 def package_digest(root: Path) -> str:
     """Hash of the package sources, on which every page depends."""
     digest = hashlib.sha256()

@@ -1,4 +1,6 @@
-"""Cached results with provenance, and the claims ledger.
+"""Cached results with provenance, and the claims of the papers with their rules.
+
+The ledger that judges every claim on its paper-scale cache and renders it is :mod:`gmp.ledger`.
 
 Layout, for a chapter ``book/<part>/<chapter>.md`` run at some scale::
 
@@ -64,8 +66,12 @@ NOT_RUN = "not yet run at paper scale"
 STALE = "stale: config changed since the paper-scale run"
 #: Shown when the paper-scale cache fails its checks (a file edited, missing or unreadable).
 CORRUPT = "corrupt: the paper-scale cache fails its checks"
+#: A comparison that cannot tell the methods apart, because its test's smallest attainable p-value is not
+#: below the rule's level (:class:`PowerTest`) or the count it measured is beyond noise in neither
+#: direction. Neither a weak reproduction nor a failure.
+INCONCLUSIVE = "inconclusive"
 #: The verdicts the rule of a finding may give; the ledger adds :data:`NOT_RUN`, :data:`STALE` and :data:`CORRUPT`.
-VERDICTS: tuple[str, ...] = (REPRODUCED, PARTLY, NOT_REPRODUCED)
+VERDICTS: tuple[str, ...] = (REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE)
 #: The verdicts the rule of an identity may give (no "partly", since it holds within its tolerance or not).
 IDENTITY_VERDICTS: tuple[str, ...] = (VERIFIED, FAILS)
 FINDING = "finding"
@@ -73,6 +79,17 @@ IDENTITY = "identity"
 #: The kinds of claim and the verdicts each may give. A finding is an empirical claim that could have
 #: come out otherwise; an identity is a theorem or algebraic identity checked numerically.
 KIND_VERDICTS: dict[str, tuple[str, ...]] = {FINDING: VERDICTS, IDENTITY: IDENTITY_VERDICTS}
+#: A claim the paper makes.
+PAPER = "paper"
+#: A robustness check of ours, an arm the paper never ran.
+CHECK = "check"
+#: A literal reading of the paper's text that the author's public code rules out.
+SUPERSEDED = "superseded"
+#: Where a claim comes from, which sets the ledger it is counted in. ``"paper"`` is a claim the paper makes
+#: (its verdicts answer "does the paper hold?"), ``"check"`` a robustness check of ours (an arm the paper
+#: never ran, such as another learning rate or initialisation), ``"superseded"`` a literal reading of the
+#: paper's text that the author's public code rules out, kept for the record.
+SOURCES: tuple[str, ...] = (PAPER, CHECK, SUPERSEDED)
 
 STAGING_ENV = "GMP_RESULTS_STAGING"
 ROOT_ENV = "GMP_RESULTS"
@@ -309,8 +326,7 @@ class Store:
             self._codes_in_journal = set(journal_code(entries))
             record = self.staging / RUN_CODE / f"{os.getpid()}.json"
             if not record.exists():  # what this process runs, for the run's provenance (read_run_records)
-                atomic_write_json(record, {"code": code_fingerprint(), "edited": code_edited(),
-                                           "threads": _threads()})
+                atomic_write_json(record, {"code": run_code(chapter), "edited": code_edited(), "threads": _threads()})
 
     def save(self, name: str, payload: Mapping[str, Any],
              arrays: Mapping[str, np.ndarray] | None = None) -> Path | None:
@@ -706,12 +722,17 @@ _IMPORTED_STATS = _file_stats(PACKAGE)  # when this process imported gmp (gmp/__
 _HASHED_STATS: dict[str, tuple[int, int]] = {}  # when code_fingerprint() hashed the files
 
 
+def module_digests(package: Path) -> dict[str, str]:
+    """SHA-256 (first 16 hex digits) of the bytes of each source file of the package folder ``package``
+    (the files ``gmp.bookcache.package_digest`` hashes), by its path relative to ``package``."""
+    return {p.relative_to(package).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+            for p in sorted(package.rglob("*.py"))}
+
+
 def read_module_hashes(scheme: str, package: Path | None = None) -> dict[str, str]:
     """The hash of each source file of ``package`` (default :data:`PACKAGE`) under ``scheme``, read from
     the files now, not once per process as :func:`_module_hashes` (see it for the schemes)."""
     package = package or PACKAGE
-    from gmp.bookcache import module_digests
-
     if scheme == "source":
         return module_digests(package)
     if scheme != CODE_HASH:
@@ -722,8 +743,8 @@ def read_module_hashes(scheme: str, package: Path | None = None) -> dict[str, st
 def _module_hashes(scheme: str) -> dict[str, str]:
     """Today's hash of each source file of the imported package ``gmp`` under ``scheme``, by its path
     inside the package (``"experiments/chen_levy.py"``): :data:`CODE_HASH` (those of
-    :func:`code_fingerprint`) or ``"source"`` (``gmp.bookcache.module_digests``, the bytes of the
-    files ``gmp.bookcache.package_digest`` hashes), each read once per process."""
+    :func:`code_fingerprint`) or ``"source"`` (:func:`module_digests`, the bytes of the files
+    ``gmp.bookcache.package_digest`` hashes), each read once per process."""
     return code_fingerprint()["modules"] if scheme == CODE_HASH else _source_hashes()
 
 
@@ -750,6 +771,14 @@ def code_fingerprint() -> dict[str, Any]:
     _HASHED_STATS = _file_stats(PACKAGE)
     modules = read_module_hashes(CODE_HASH, PACKAGE)
     return {"digest": _digest(modules), "modules": modules, "hash": CODE_HASH}
+
+
+def run_code(chapter: str) -> dict[str, Any]:
+    """What a run of ``chapter`` records as its code: :func:`code_fingerprint`, with the
+    :func:`rule_digests` of the chapter's claims under ``"rules"`` (hashed as ``"rule_hash"``) when it has
+    any, so that the ledger can tell a rule fixed before the run from one edited after it."""
+    rules = rule_digests(chapter)
+    return {**code_fingerprint(), "rules": rules, "rule_hash": RULE_HASH} if rules else code_fingerprint()
 
 
 def code_edited() -> list[str]:
@@ -919,6 +948,76 @@ def with_code(entries: list[dict[str, Any]], source: list[dict[str, Any]]) -> li
 
 
 @dataclasses.dataclass(frozen=True)
+class PowerTest:
+    """The significance test a comparative rule decides by, and the smallest p-value its design can reach.
+
+    ``test`` is ``"sign"`` (wins of ``n`` paired comparisons), ``"wilcoxon"`` (the exact signed-rank
+    test of ``n`` paired differences), ``"t"`` (a paired Student-t test or interval over ``n`` pairs) or
+    ``"spearman"`` (the exact permutation test of a rank correlation over ``n`` points, ``ties`` the sizes
+    of their groups of tied x-values); ``alternative`` is ``"two-sided"`` or one-sided (``"greater"``);
+    the rule calls a result beyond noise when ``p < level``. A design whose :attr:`min_p` is not below
+    ``level`` cannot separate the methods whatever the data: its verdict is :data:`INCONCLUSIVE`.
+    """
+
+    test: str
+    n: int
+    alternative: str = "two-sided"
+    level: float = 0.05
+    ties: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if self.test not in ("sign", "wilcoxon", "t", "spearman") or self.n < 1:
+            raise ValueError(f"unknown test {self.test!r} or n = {self.n} < 1")
+        if self.alternative not in ("two-sided", "greater", "less"):
+            raise ValueError(f"alternative {self.alternative!r}: expected 'two-sided', 'greater' or 'less'")
+
+    @property
+    def min_p(self) -> float:
+        """The smallest p-value the test can give on ``n`` pairs.
+
+        It is 2^-n one-sided for the sign and exact Wilcoxon tests (every pair the same way; twice that
+        two-sided), 0 for a t test with two pairs or more (1 with one), and prod(ties!) / n! one-sided for
+        Spearman's permutation test (the one ordering of the y-values that matches x, among the distinct
+        ones)."""
+        sides = 1 if self.alternative != "two-sided" else 2
+        if self.test in ("sign", "wilcoxon"):
+            return min(1.0, sides * 0.5 ** self.n)
+        if self.test == "t":
+            return 0.0 if self.n >= 2 else 1.0
+        arrangements = math.factorial(self.n) / math.prod(math.factorial(t) for t in self.ties or (1,))
+        return min(1.0, sides / arrangements)
+
+    @property
+    def can_separate(self) -> bool:
+        return self.min_p < self.level
+
+    def describe(self) -> str:
+        """The design in words, with its smallest attainable p against the level."""
+        names = {"sign": "sign test", "wilcoxon": "exact Wilcoxon signed-rank test", "t": "paired Student-t test",
+                 "spearman": "Spearman permutation test"}
+        sided = "two-sided" if self.alternative == "two-sided" else "one-sided"
+        floor = f"{self.min_p:.2g}" if self.min_p else "0 (no floor)"
+        verdict = "can" if self.can_separate else "cannot"
+        return (f"{sided} {names[self.test]} over {self.n} {'points' if self.test == 'spearman' else 'pairs'}: "
+                f"smallest attainable p {floor}, so it {verdict} "
+                f"reach p < {self.level:g}")
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlierRule:
+    """The rule a claim had when its paper-scale run was made, replaced since (kept so that the ledger
+    shows its verdict beside today's): its ``rule`` text and ``check``, the ``commits`` that replaced it
+    and the ``replaced`` date of the first of them (``"YYYY-MM-DD HH:MM UTC"``, as a provenance's date),
+    and ``why`` it was replaced."""
+
+    rule: str
+    check: Callable[[Mapping[str, Any]], tuple[str, str]]
+    commits: str
+    replaced: str
+    why: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Claim:
     """A claim of a paper that a chapter tests.
 
@@ -927,6 +1026,7 @@ class Claim:
     stated ``rule``: one of :data:`VERDICTS` for a finding (``kind="finding"``, an empirical
     claim that could have come out otherwise), one of :data:`IDENTITY_VERDICTS` for an
     identity (``kind="identity"``, a theorem or algebraic identity checked numerically).
+    ``source`` (one of :data:`SOURCES`) says whose claim it is, and so which ledger counts it.
     """
 
     key: str
@@ -938,22 +1038,97 @@ class Claim:
     kind: str = FINDING
     short: str = ""
     """A one-line form of ``text`` for the ledger's rows and a chapter's verdict box (optional:
-    without it :func:`short_text` shortens ``text``)."""
+    without it :func:`gmp.ledger.short_text` shortens ``text``)."""
     unfinished: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
     """For a claim that an unfinished paper-scale run can already judge (its ``rule`` says how):
     the payload ``check`` judges from the units the run has journalled (key to value), or None
-    while they do not suffice. Without it, a claim waits for the finished run."""
+    while they do not suffice. Without it, a claim waits for the finished run. Such a verdict is
+    provisional."""
+    source: str = ""
+    """Whose claim it is, one of :data:`SOURCES` (required)."""
+    test: PowerTest | None = None
+    """The significance test of a comparative rule; where its design cannot reach the rule's level, the
+    verdict is :data:`INCONCLUSIVE` whatever ``check`` says."""
+    note: str = ""
+    """What the ledger line says beside the verdict, such as the half of the rule that holds by
+    construction (structural) or the scale the claim holds at."""
+    earlier: EarlierRule | None = None
+    """The rule in force when the paper-scale run was made, where it was replaced after the run."""
 
     def __post_init__(self):
         if self.kind not in KIND_VERDICTS:
             raise ValueError(f"claim {self.key!r} has kind {self.kind!r}, expected one of {tuple(KIND_VERDICTS)}")
+        if self.source not in SOURCES:
+            raise ValueError(f"claim {self.key!r} has source {self.source!r}, expected one of {SOURCES}")
 
-    def evaluate(self, payload: Mapping[str, Any]) -> tuple[str, str]:
-        measured, verdict = self.check(payload)
+    def evaluate(self, payload: Mapping[str, Any], check: Callable[[Mapping[str, Any]], tuple[str, str]] | None = None
+                 ) -> tuple[str, str]:
+        """``(measurement, verdict)`` of ``check`` (default: the claim's) on ``payload``; a comparative
+        rule whose :attr:`test` cannot reach its level gives :data:`INCONCLUSIVE`, saying why."""
+        measured, verdict = (check or self.check)(payload)
         allowed = KIND_VERDICTS[self.kind]
         if verdict not in allowed:
             raise ValueError(f"claim {self.key!r} ({self.kind}) returned verdict {verdict!r}, expected one of {allowed}")
+        if self.test is not None and not self.test.can_separate:
+            return f"{measured}; {self.test.describe()}", INCONCLUSIVE
         return measured, verdict
+
+
+RULE_HASH = "rule-syntax"
+"""How :func:`rule_digest` hashes a claim's rule, by its text, kind and test, and the syntax tree of its check
+function with those of the gmp functions and the values of the plain constants it names (transitively)."""
+
+
+def _function_parts(fn: Any, seen: set[int]) -> list[Any]:
+    """The syntax tree of ``fn`` (a function, method or :func:`functools.partial`) without its docstrings,
+    with those of the gmp functions and plain constants it names, through its globals and closure."""
+    import inspect
+    import textwrap
+
+    if isinstance(fn, functools.partial):
+        return ["partial", _function_parts(fn.func, seen), repr(fn.args), repr(sorted(fn.keywords.items()))]
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None or id(fn) in seen:
+        return [getattr(fn, "__qualname__", repr(fn))]
+    seen.add(id(fn))
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree: Any = _tree(ast.parse(source))
+    except (OSError, TypeError, SyntaxError):  # a lambda inside an expression: its bytecode names and constants
+        tree = [repr(code.co_names), repr([c for c in code.co_consts if not hasattr(c, "co_code")])]
+    names, todo = set(), [code]
+    while todo:
+        current = todo.pop()
+        names |= set(current.co_names)
+        todo += [c for c in current.co_consts if hasattr(c, "co_code")]
+    values = {name: fn.__globals__[name] for name in sorted(names) if name in fn.__globals__}
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        with contextlib.suppress(ValueError):
+            values[name] = cell.cell_contents
+    parts = [tree]
+    for name, value in sorted(values.items()):
+        if isinstance(value, (bool, int, float, str, tuple)) and len(repr(value)) < 1000:
+            parts.append([name, repr(value)])
+        elif callable(value) and str(getattr(value, "__module__", "")).startswith("gmp"):
+            parts.append([name, _function_parts(value, seen)])
+    return parts
+
+
+def rule_digest(claim: Claim) -> str:
+    """SHA-256 (16 hex digits) of ``claim``'s rule (:data:`RULE_HASH`): recorded with a paper-scale run, it
+    tells the ledger whether the rule was fixed before the run or edited since."""
+    parts = [claim.rule, claim.kind, repr(claim.test), _function_parts(claim.check, set())]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def rule_digests(chapter: str) -> dict[str, str]:
+    """:func:`rule_digest` of each claim of ``chapter``, by key (empty for a chapter without claims)."""
+    try:
+        module = _config.experiment(chapter)
+    except ValueError:  # no experiment module of that name (a Store's chapter has imported its own already)
+        return {}
+    return {claim.key: rule_digest(claim) for claim in getattr(module, "CLAIMS", [])}
 
 
 CONFIDENCE = 0.95
@@ -1000,109 +1175,6 @@ def _claims_of(chapter: str) -> list[Claim]:
     return list(getattr(_config.experiment(chapter), "CLAIMS", []))
 
 
-MALFORMED = (KeyError, IndexError, TypeError, AttributeError)
-"""What a claim's rule raises on a payload that lacks what it reads or holds it in another form."""
-
-
-def _paper_scale_cell(chapter: str, claim: Claim) -> tuple[str, str]:
-    entry = cached(chapter, claim.result, "paper")
-    if entry.status == "absent":
-        try:
-            payload = claim.unfinished(entry.units) if claim.unfinished is not None and entry.journalled else None
-            if payload is None:
-                return "—", NOT_RUN
-            measured, verdict = claim.evaluate(payload)
-        except MALFORMED as err:
-            return f"the journalled units are malformed: the rule cannot read them ({type(err).__name__}: {err})", CORRUPT
-        return f"unfinished run: {measured}", verdict
-    if entry.status == "stale":
-        return "—", STALE
-    if entry.status == "corrupt":
-        return "—", CORRUPT
-    try:
-        return claim.evaluate(entry.payload)
-    except MALFORMED as err:
-        return (f"the cached {claim.result}.json is malformed: the rule cannot read it ({type(err).__name__}: "
-                f"{err}); rerun the chapter or restore the cache from git"), CORRUPT
-
-
-def _judged(chapter: str) -> list[tuple[Claim, str, str]]:
-    """``(claim, measured, verdict)`` for each claim of ``chapter``, judged on its paper-scale cache."""
-    return [(claim, *_paper_scale_cell(chapter, claim)) for claim in _claims_of(chapter)]
-
-
-SHORT = 110
-"""How many characters :func:`short_text` keeps at most."""
-
-_QUALIFIER = re.compile(r"^([^:()]{1,40}) \([^()]{20,}\): (?=\S)")
-_LAST_REFERENCE = re.compile(r"\s*\((?=[^()]*(?:\(|Fig|Table|Sec|Eq|Theorem|Proposition|abstract))"
-                             r"(?:[^()]|\([^()]*\))*\)\.?$")
-
-
-def short_text(claim: Claim, limit: int = SHORT) -> str:
-    """The claim's :attr:`Claim.short` if it has one, else its text made to fit ``limit`` characters.
-
-    A text too long loses the long parenthesis of a leading qualifier ("Text reading (an
-    iteration is ...): X" becomes "Text reading: X") and a final parenthesis that cites the paper
-    ("(Sec. 5, Fig. 3)"), then is cut at a word, before any parenthesis left open, and ends with "…".
-    """
-    if claim.short:
-        return claim.short
-    text = claim.text.strip()
-    if len(text) > limit:
-        text = _LAST_REFERENCE.sub(".", _QUALIFIER.sub(r"\1: ", text))
-    if len(text) <= limit:
-        return text
-    cut = text[:limit - 1].rsplit(" ", 1)[0]
-    depth, opened = 0, None
-    for i, char in enumerate(cut):
-        if char == "(":
-            opened = i if depth == 0 else opened
-            depth += 1
-        elif char == ")" and depth:
-            depth -= 1
-    if depth:
-        cut = cut[:opened]
-    return cut.rstrip(" ,;:-(") + "…"
-
-
-def _table(rows: list[dict[str, str]]):
-    from IPython.display import HTML
-
-    if not rows:
-        return HTML("<p>No claims recorded.</p>")
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
-    body = "".join("<tr>" + "".join(f"<td>{v}</td>" for v in row.values()) + "</tr>" for row in rows)
-    return HTML(f'<table class="table gmp-claims"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
-
-
-def _claim_html(claim: Claim) -> str:
-    """The claim's text; an identity says so beneath it."""
-    note = "<br><small>(identity checked numerically)</small>" if claim.kind == IDENTITY else ""
-    return html.escape(claim.text) + note
-
-
-def claims_table(chapter: str, live: Mapping[str, Mapping[str, Any]], scale: str):
-    """The chapter's claims: our measurement at this build's scale and at paper scale.
-
-    ``live`` maps result names to the payloads computed in this build at ``scale``.
-    """
-    rows = []
-    for claim in _claims_of(chapter):
-        if claim.result not in live:
-            raise ValueError(f"claim {claim.key!r} needs the live result {claim.result!r}; "
-                             f"got results {sorted(live)}")
-        live_measured, live_verdict = claim.evaluate(live[claim.result])
-        paper_measured, paper_verdict = _paper_scale_cell(chapter, claim)
-        rows.append({
-            "Claim": _claim_html(claim),
-            "Rule": html.escape(claim.rule),
-            f"Ours at this build's scale ({scale})": f"{html.escape(live_measured)}<br>{_verdict_html(live_verdict)}",
-            "Ours at paper scale (cache)": f"{html.escape(paper_measured)}<br>{_verdict_html(paper_verdict)}",
-        })
-    return _table(rows)
-
-
 def experiment_chapters() -> list[str]:
     """Every chapter with an experiment module, in alphabetical order."""
     import gmp.experiments
@@ -1110,173 +1182,19 @@ def experiment_chapters() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(gmp.experiments.__path__))
 
 
-def _chapter_link(chapter: str, link_prefix: str) -> str:
-    part = _chapter_folder(chapter)
-    return f'<a href="{link_prefix}{part}/{chapter}.html">{chapter}</a>' if part else chapter
+_LEDGER = ("ledger", "verdict_box", "claims_table", "_judged")
 
 
-def ledger_rows(link_prefix: str = "") -> list[dict[str, str]]:
-    """One row per claim of every chapter, with the verdict from the paper-scale cache.
+def __getattr__(name: str) -> Any:
+    """The ledger's functions that chapters call as ``gmp.results.<name>``, from :mod:`gmp.ledger`.
 
-    Each row holds the HTML cells of the ledger ("Paper", "Claim", "Short", "Rule",
-    "Measured at paper scale", "Verdict", "Chapter") and, in plain text, the ``"verdict"``, the
-    ``"kind"`` of claim (``"finding"`` or ``"identity"``), the ``"paper"`` key and the claim's ``"key"``.
-    """
-    rows = []
-    for chapter in experiment_chapters():
-        link = _chapter_link(chapter, link_prefix)
-        for claim, measured, verdict in _judged(chapter):
-            rows.append({"Paper": html.escape(PAPERS.get(claim.paper, claim.paper)),
-                         "Claim": html.escape(claim.text), "Short": html.escape(short_text(claim)),
-                         "Rule": html.escape(claim.rule),
-                         "Measured at paper scale": html.escape(measured), "Verdict": _verdict_html(verdict),
-                         "Chapter": link, "verdict": verdict, "kind": claim.kind, "paper": claim.paper,
-                         "key": claim.key})
-    return rows
+    Imported on first use and by name, so that :func:`chapter_modules` does not count the ledger among
+    the modules a chapter's results depend on: it renders verdicts and computes no cached result."""
+    if name in _LEDGER:
+        import importlib
 
-
-_KIND_TITLES = {FINDING: "Reproduced findings: empirical claims that could have come out otherwise",
-                IDENTITY: "Verified identities: theorems and algebraic identities checked numerically"}
-
-
-def ledger_counts(rows: list[dict[str, str]], kind: str) -> dict[str, dict[str, int]]:
-    """Per paper, how many claims of ``kind`` in :func:`ledger_rows` ``rows`` have each verdict."""
-    verdicts = [*KIND_VERDICTS[kind], NOT_RUN, STALE, CORRUPT]
-    mine = [row for row in rows if row["kind"] == kind]
-    counts = {paper: dict.fromkeys(verdicts, 0) for paper in dict.fromkeys(r["Paper"] for r in mine)}
-    for row in mine:
-        counts[row["Paper"]][row["verdict"]] += 1
-    return counts
-
-
-def _slug(text: str) -> str:
-    """The CSS name of a verdict or paper: ``"not reproduced"`` -> ``"not-reproduced"``."""
-    return re.sub(r"[^a-z0-9]+", "-", text.split(":")[0].lower()).strip("-")
-
-
-def _verdict_html(verdict: str) -> str:
-    return f'<span class="verdict verdict-{_slug(verdict)}">{html.escape(verdict)}</span>'
-
-
-def claim_anchor(claim_key: str) -> str:
-    """The id of a claim's entry on the ledger page."""
-    return "claim-" + _slug(claim_key)
-
-
-def _summary_html(rows: list[dict[str, str]], kind: str) -> str:
-    """Per paper: a bar of its verdicts (one segment per claim count) and the counts in words."""
-    lines = []
-    paper_keys = {row["Paper"]: row["paper"] for row in rows}
-    for paper, counts in ledger_counts(rows, kind).items():
-        total = sum(counts.values())
-        present = [(verdict, n) for verdict, n in counts.items() if n]
-        bar = "".join(f'<span class="gmp-bar-segment verdict-{_slug(v)}" style="flex-grow: {n}" '
-                      f'data-verdict="{_slug(v)}" data-count="{n}" title="{html.escape(v)}: {n}"></span>'
-                      for v, n in present)
-        words = ", ".join(f'{n} {_verdict_html(v)}' for v, n in present)
-        lines.append(f'<tr data-paper="{_slug(paper_keys[paper])}" data-total="{total}"><th>{paper}</th>'
-                     f'<td class="gmp-bar-cell"><span class="gmp-bar">{bar}</span></td>'
-                     f'<td class="gmp-bar-words">{total} claim{"s" if total != 1 else ""}: {words}</td></tr>')
-    return f'<table class="gmp-ledger-summary"><tbody>{"".join(lines)}</tbody></table>'
-
-
-def _claim_entry_html(row: dict[str, str]) -> str:
-    """One claim of the ledger: a one-line summary (paper, short claim, verdict, deciding number)
-    that opens onto the full claim, its rule and the full measurement."""
-    identity = ' <small class="gmp-claim-kind">(identity checked numerically)</small>' \
-        if row["kind"] == IDENTITY else ""
-    return (f'<details class="gmp-claim" id="{claim_anchor(row["key"])}" data-paper="{_slug(row["paper"])}" '
-            f'data-verdict="{_slug(row["verdict"])}">'
-            f'<summary><span class="gmp-claim-paper">{row["Paper"]}<br><small>{row["Chapter"]}</small></span>'
-            f'<span class="gmp-claim-short">{row["Short"]}</span>'
-            f'<span class="gmp-claim-verdict">{row["Verdict"]}</span>'
-            f'<span class="gmp-claim-measured" title="{row["Measured at paper scale"]}">'
-            f'{row["Measured at paper scale"]}</span></summary>'
-            f'<div class="gmp-claim-body"><p><strong>Claim.</strong> {row["Claim"]}{identity}</p>'
-            f'<p><strong>Rule.</strong> {row["Rule"]}</p>'
-            f'<p><strong>Measured at paper scale.</strong> {row["Measured at paper scale"]}</p>'
-            f'<p><small>Chapter {row["Chapter"]}, claim <code>{html.escape(row["key"])}</code></small></p>'
-            f'</div></details>')
-
-
-def _filters_html(rows: list[dict[str, str]]) -> tuple[str, str]:
-    """The hidden radio buttons and their labels that filter the ledger by paper and by verdict
-    (CSS only: the rules are in ``book/_static/gmp.css``)."""
-    groups = [("paper", [("all", "All papers")]
-               + [(_slug(key), html.escape(PAPERS.get(key, key))) for key in dict.fromkeys(r["paper"] for r in rows)]),
-              ("verdict", [("all", "All verdicts")]
-               + [(_slug(v), html.escape(v.split(":")[0])) for v in dict.fromkeys(r["verdict"] for r in rows)])]
-    inputs, labels = [], []
-    for group, options in groups:
-        words = []
-        for value, text in options:
-            ident = f"gmp-ledger-{group}-{value}"
-            inputs.append(f'<input type="radio" class="gmp-ledger-filter" name="gmp-ledger-{group}" id="{ident}"'
-                          f'{" checked" if value == "all" else ""}>')
-            words.append(f'<label for="{ident}">{text}</label>')
-        labels.append(f'<span class="gmp-ledger-filter-group"><span>{group.capitalize()}:</span> {" ".join(words)}</span>')
-    return "".join(inputs), f'<div class="gmp-ledger-filters">{"".join(labels)}</div>'
-
-
-def ledger(link_prefix: str = ""):
-    """The claims ledger of the whole book: findings and identities apart, each with a summary of
-    its verdicts per paper (a bar and the counts), then one line per claim that opens onto its
-    full text, its rule and its measurement; radio buttons filter the claims by paper and verdict."""
-    from IPython.display import HTML
-
-    rows = ledger_rows(link_prefix)
-    if not rows:
-        return _table(rows)
-    inputs, filters = _filters_html(rows)
-    parts = []
-    for kind, title in _KIND_TITLES.items():
-        mine = [row for row in rows if row["kind"] == kind]
-        if not mine:
-            continue
-        head = ('<div class="gmp-claim-head"><span>Paper</span><span>Claim (click to open: full text and rule)</span>'
-                '<span>Verdict</span><span>Deciding number (paper scale)</span></div>')
-        parts.append(f'<section class="gmp-ledger-kind" data-kind="{kind}">'
-                     f'<p class="gmp-ledger-title"><strong>{html.escape(title)}</strong></p>'
-                     + _summary_html(mine, kind)
-                     + f'<div class="gmp-claim-list">{head}{"".join(_claim_entry_html(r) for r in mine)}</div>'
-                     + '</section>')
-    return HTML(f'<div class="gmp-ledger">{inputs}{filters}{"".join(parts)}</div>')
-
-
-def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
-    """An admonition for the top of a chapter: each of its claims (short form), its verdict on the
-    paper-scale cache (as the claims ledger judges it) and the deciding number, with links to the
-    claim's entry in the ledger (``ledger_href``, relative to the chapter's page) and to the
-    chapter's own "Claims" section. None for a chapter without claims."""
-    from IPython.display import HTML
-
-    if not _claims_of(chapter):
-        return None
-    if results_root() is None:
-        items = "".join(f'<li>{html.escape(short_text(claim))}</li>' for claim in _claims_of(chapter))
-        return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">What this chapter '
-                    f'tests</p><ul>{items}</ul><p>No paper-scale cache is beside this copy, so no verdict is shown: '
-                    f'the book\'s <a href="{ledger_href}">claims ledger</a> has them.</p></div>')
-    items = []
-    for claim, measured, verdict in _judged(chapter):
-        number = f'<span class="gmp-verdict-measured">{html.escape(measured)}</span>' if measured != "—" else ""
-        items.append(f'<li data-verdict="{_slug(verdict)}"><span class="gmp-verdict-cell">{_verdict_html(verdict)}</span>'
-                     f'<span><a href="{ledger_href}#{claim_anchor(claim.key)}">{html.escape(short_text(claim))}</a>'
-                     f'{number}</span></li>')
-    return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">Verdicts of this chapter '
-                f'(paper scale)</p><ul class="gmp-verdict-list">{"".join(items)}</ul>'
-                '<p class="gmp-verdict-links">Each verdict follows the claim\'s stated rule from the cached '
-                'paper-scale run (a chapter built at a smaller scale shows its own numbers beside them). '
-                'The rules and both scales are in <a href="#claims">the chapter\'s Claims section</a>; every '
-                f'claim of the book is in the <a href="{ledger_href}">claims ledger</a>.</p></div>')
-
-
-def _chapter_folder(chapter: str) -> str | None:
-    root = repository_root()
-    if root is None:
-        return None
-    found = sorted((root / "book").glob(f"*/{chapter}.md"))
-    return found[0].parent.name if found else None
+        return getattr(importlib.import_module("gmp.ledger"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def glue(name: str, value: Any, display: bool = False) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from gmp import config, results
+from gmp import config, ledger, results
 from gmp.results import FAILS, NOT_RUN, PARTLY, REPRODUCED, STALE, VERIFIED, Claim
 
 
@@ -25,7 +25,7 @@ def chapter(monkeypatch, tmp_path):
     """A chapter 'fake_chapter' with one claim, and an empty results root."""
     module = types.ModuleType("gmp.experiments.fake_chapter")
     module.CONFIG = config.scaled(smoke={"n": 1}, small={"n": 2}, paper={"n": 3})
-    module.CLAIMS = [Claim("fake-gap", "chen", "The gap is small.", "summary", "reproduced if gap < 1", _check)]
+    module.CLAIMS = [Claim("fake-gap", "chen", "The gap is small.", "summary", "reproduced if gap < 1", _check, source="paper")]
     monkeypatch.setitem(sys.modules, "gmp.experiments.fake_chapter", module)
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "_results"))
     monkeypatch.delenv(results.STAGING_ENV, raising=False)
@@ -157,13 +157,13 @@ def test_claims_table_and_ledger_use_the_paper_scale_cache_only(chapter, tmp_pat
     monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
     table = results.claims_table("fake_chapter", {"summary": {"gap": 0.1}}, "small").data
     assert "gap 0.10" in table and NOT_RUN in table
-    [row] = results.ledger_rows()
+    [row] = ledger.ledger_rows()
     assert row["Verdict"].endswith(f"{NOT_RUN}</span>") and row["verdict"] == NOT_RUN
     _publish(tmp_path, "paper", {"gap": 3.0}, config.load("fake_chapter", "paper").digest)
-    [row] = results.ledger_rows()
+    [row] = ledger.ledger_rows()
     assert PARTLY in row["Verdict"] and row["Measured at paper scale"] == "gap 3.00"
     _publish(tmp_path, "paper", {"gap": 0.0}, "0000")
-    [row] = results.ledger_rows()
+    [row] = ledger.ledger_rows()
     assert STALE in row["Verdict"]
     summary = results.ledger().data
     assert '<tr data-paper="chen" data-total="1"><th>Chen &amp; Ge</th>' in summary
@@ -173,43 +173,54 @@ def test_claims_table_and_ledger_use_the_paper_scale_cache_only(chapter, tmp_pat
 
 
 def test_a_claim_must_return_a_known_verdict():
-    claim = Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", "probably"))
+    claim = Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", "probably"), source="paper")
     with pytest.raises(ValueError, match="verdict 'probably'"):
         claim.evaluate({})
     with pytest.raises(ValueError, match="verdict 'verified'"):
-        Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", VERIFIED)).evaluate({})
+        Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", VERIFIED), source="paper").evaluate({})
     with pytest.raises(ValueError, match="verdict 'reproduced'"):
-        Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", REPRODUCED), kind="identity").evaluate({})
+        Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", REPRODUCED), kind="identity", source="paper").evaluate({})
     with pytest.raises(ValueError, match="kind 'theorem'"):
-        Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", VERIFIED), kind="theorem")
+        Claim("k", "lu", "text", "r", "rule", lambda payload: ("m", VERIFIED), kind="theorem", source="paper")
 
 
-def test_the_ledger_shows_findings_and_identities_apart_with_counts_per_paper(chapter, tmp_path, monkeypatch):
+def test_the_ledger_shows_findings_and_identities_apart_with_counts_per_paper_and_per_ledger(chapter, tmp_path,
+                                                                                             monkeypatch):
+    """The papers' claims, our robustness checks and superseded readings are three ledgers, each with its own
+    tally: a check's verdict never counts among the paper's."""
     identity = Claim("fake-identity", "chen", "The gap is an identity.", "summary", "verified if gap < 1",
-                     lambda p: (f"gap {p['gap']:.2f}", VERIFIED if p["gap"] < 1 else FAILS), kind="identity")
-    lu_finding = Claim("fake-lu", "lu", "Lu's gap is small.", "summary", "reproduced if gap < 1", _check)
-    chapter.CLAIMS = [*chapter.CLAIMS, identity, lu_finding]
+                     lambda p: (f"gap {p['gap']:.2f}", VERIFIED if p["gap"] < 1 else FAILS), kind="identity",
+                     source="paper")
+    lu_finding = Claim("fake-lu", "lu", "Lu's gap is small.", "summary", "reproduced if gap < 1", _check, source="paper")
+    arm = Claim("fake-arm", "chen", "The gap is small at lr 0.1.", "summary", "reproduced if gap < 0.1",
+                lambda p: ("gap", results.NOT_REPRODUCED), source="check")
+    chapter.CLAIMS = [*chapter.CLAIMS, identity, lu_finding, arm]
     monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
     _publish(tmp_path, "paper", {"gap": 0.5}, config.load("fake_chapter", "paper").digest)
-    rows = results.ledger_rows()
-    assert [(r["kind"], r["verdict"]) for r in rows] == [("finding", REPRODUCED), ("identity", VERIFIED),
-                                                         ("finding", REPRODUCED)]
-    assert results.ledger_counts(rows, "finding") == {
-        "Chen &amp; Ge": {REPRODUCED: 1, PARTLY: 0, results.NOT_REPRODUCED: 0, NOT_RUN: 0, STALE: 0,
-                          results.CORRUPT: 0},
-        "Lu et al.": {REPRODUCED: 1, PARTLY: 0, results.NOT_REPRODUCED: 0, NOT_RUN: 0, STALE: 0,
-                      results.CORRUPT: 0}}
-    assert results.ledger_counts(rows, "identity") == {
-        "Chen &amp; Ge": {VERIFIED: 1, FAILS: 0, NOT_RUN: 0, STALE: 0, results.CORRUPT: 0}}
+    rows = ledger.ledger_rows()
+    assert [(r["source"], r["kind"], r["verdict"]) for r in rows] == [
+        ("paper", "finding", REPRODUCED), ("paper", "identity", VERIFIED), ("paper", "finding", REPRODUCED),
+        ("check", "finding", results.NOT_REPRODUCED)]
+    zero = dict.fromkeys(ledger.categories("finding"), 0)
+    assert ledger.ledger_counts(rows, "finding", "paper") == {"Chen &amp; Ge": {**zero, REPRODUCED: 1},
+                                                              "Lu et al.": {**zero, REPRODUCED: 1}}
+    assert ledger.ledger_counts(rows, "finding", "check") == {"Chen &amp; Ge": {**zero, results.NOT_REPRODUCED: 1}}
+    assert ledger.ledger_counts(rows, "finding")["Chen &amp; Ge"] == {**zero, REPRODUCED: 1, results.NOT_REPRODUCED: 1}
+    assert ledger.ledger_counts(rows, "identity", "paper") == {
+        "Chen &amp; Ge": {**dict.fromkeys(ledger.categories("identity"), 0), VERIFIED: 1}}
+    assert ledger.ledger_counts(rows, "finding", "superseded") == {}
     page = results.ledger().data
-    findings, identities = page.split("Verified identities")
-    assert "Reproduced findings" in findings and "Lu&#x27;s gap is small." in findings
+    papers, checks = page.split("Our robustness checks")
+    findings, identities = papers.split("Identities: theorems")
+    assert "The papers&#x27; claims" in findings and "Lu&#x27;s gap is small." in findings
     assert "The gap is an identity." not in findings and "The gap is an identity." in identities
     assert 'data-verdict="verified" data-count="1"' in identities and 'data-verdict="reproduced"' not in identities
     assert '<tr data-paper="chen" data-total="1"><th>Chen &amp; Ge</th>' in identities
     assert "(identity checked numerically)" in identities and "(identity checked numerically)" not in findings
+    assert 'data-verdict="not-reproduced"' not in papers and 'data-verdict="not-reproduced" data-count="1"' in checks
+    assert "The gap is small at lr 0.1." in checks and "our robustness check, not a claim of the paper" in checks
     _publish(tmp_path, "paper", {"gap": 3.0}, config.load("fake_chapter", "paper").digest)
-    assert [r["verdict"] for r in results.ledger_rows()] == [PARTLY, FAILS, PARTLY]
+    assert [r["verdict"] for r in ledger.ledger_rows()] == [PARTLY, FAILS, PARTLY, results.NOT_REPRODUCED]
     assert "(identity checked numerically)" in results.claims_table("fake_chapter", {"summary": {"gap": 0.1}},
                                                                    "small").data
 
@@ -338,7 +349,7 @@ def test_an_edited_or_missing_payload_file_is_corrupt_not_current(chapter, tmp_p
     assert "summary.json differs from the file the run wrote" in corrupt.describe()
     assert "CORRUPT" in corrupt.describe() and "error" in corrupt.note().data
     assert results.missing_cell("corrupt") == "corrupt cache"
-    [row] = results.ledger_rows()
+    [row] = ledger.ledger_rows()
     assert row["verdict"] == results.CORRUPT
     folder = _publish_hashed(tmp_path, {"gap": 0.25}, {"curve": np.arange(3.0)})
     (folder / "summary.npz").unlink()
@@ -435,11 +446,9 @@ def test_a_fingerprint_in_an_unknown_hash_says_so(chapter, tmp_path):
 
 def test_a_fingerprint_recorded_before_the_syntax_hash_is_compared_with_the_files_bytes(chapter, tmp_path):
     """Caches and journals written before ``hash`` was recorded hashed each file's bytes."""
-    from gmp.bookcache import module_digests
-
     folder = _publish(tmp_path, "paper", {"gap": 0.25}, config.load("fake_chapter", "paper").digest)
     provenance = json.loads((folder / "provenance.json").read_text())
-    source = module_digests(ROOT / "gmp")
+    source = results.module_digests(ROOT / "gmp")
     for modules, changed in ((source, ()), ({**source, "layers.py": "0" * 16}, ("layers.py",))):
         results.atomic_write_json(folder / "provenance.json", {**provenance, "code": {"digest": "d", "modules": modules}})
         assert results.cached("fake_chapter", "summary").code_changed == changed
@@ -500,14 +509,15 @@ def _ledger_structure(page: str) -> dict[str, dict]:
     import re
 
     kinds = {}
-    for section in re.findall(r'<section class="gmp-ledger-kind" data-kind="(\w+)">(.*?)</section>', page, re.S):
+    for section in re.findall(r'<section class="gmp-ledger-kind" data-kind="(\w+)" data-source="paper">(.*?)</section>',
+                              page, re.S):
         kind, body = section
         summary = {}
         for paper, total, bar in re.findall(r'<tr data-paper="(\w+)" data-total="(\d+)">(.*?)</tr>', body, re.S):
             counts = {v: int(n) for v, n in re.findall(r'data-verdict="([\w-]+)" data-count="(\d+)"', bar)}
             summary[paper] = (int(total), counts)
-        claims = re.findall(r'<details class="gmp-claim" id="[\w-]+" data-paper="(\w+)" data-verdict="([\w-]+)">'
-                            r'(.*?)</details>', body, re.S)
+        claims = re.findall(r'<details class="gmp-claim" id="[\w-]+" data-paper="(\w+)" data-verdict="([\w-]+)" '
+                            r'data-source="paper">(.*?)</details>', body, re.S)
         kinds[kind] = {"summary": summary, "claims": claims}
     return kinds
 
@@ -517,11 +527,11 @@ def test_the_ledger_sums_up_each_paper_then_gives_one_line_per_claim_that_opens_
     long_text = ("Text reading (an iteration is one full-batch update; the photograph of today): the gap is small "
                  "for every one of the many settings that the paper tries, and stays small to the end (Fig. 9).")
     chapter.CLAIMS = [*chapter.CLAIMS,
-                      Claim("fake-long", "chen", long_text, "summary", "reproduced if gap < 1, else partly", _check),
+                      Claim("fake-long", "chen", long_text, "summary", "reproduced if gap < 1, else partly", _check, source="paper"),
                       Claim("fake-lu", "lu", "Lu's gap is small.", "summary", "reproduced if gap < 0.1", _check,
-                            short="Lu: small gap"),
+                            short="Lu: small gap", source="paper"),
                       Claim("fake-identity", "lu", "An identity.", "summary", "verified if gap < 1",
-                            lambda p: (f"gap {p['gap']:.2f}", VERIFIED if p["gap"] < 1 else FAILS), kind="identity")]
+                            lambda p: (f"gap {p['gap']:.2f}", VERIFIED if p["gap"] < 1 else FAILS), kind="identity", source="paper")]
     monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
     _publish(tmp_path, "paper", {"gap": 0.5}, config.load("fake_chapter", "paper").digest)
     page = results.ledger().data
@@ -543,9 +553,9 @@ def test_the_ledger_sums_up_each_paper_then_gives_one_line_per_claim_that_opens_
     assert "Lu: small gap" in kinds["finding"]["claims"][2][2].split("</summary>")[0]
     assert 'id="claim-fake-long"' in page
     # a filter button for each paper and each verdict found, and CSS that filters by each of them
-    css = (ROOT / "book" / "_static" / "gmp.css").read_text()
+    css = (ROOT / "book" / "_static" / "gmp.css").read_text() + ledger.LEDGER_CSS
     for group, values in (("paper", ["chen", "lu", *results.PAPERS]),
-                          ("verdict", [results._slug(v) for v in (*results.VERDICTS, *results.IDENTITY_VERDICTS,
+                          ("verdict", [ledger._slug(v) for v in (*results.VERDICTS, *results.IDENTITY_VERDICTS,
                                                                  NOT_RUN, STALE, results.CORRUPT)])):
         for value in values:
             ident = f"gmp-ledger-{group}-{value}"
@@ -557,17 +567,17 @@ def test_the_ledger_sums_up_each_paper_then_gives_one_line_per_claim_that_opens_
 
 def test_short_text_keeps_a_short_claim_and_shortens_a_long_one_at_a_word():
     def claim(text, short=""):
-        return Claim("k", "lu", text, "r", "rule", _check, short=short)
+        return Claim("k", "lu", text, "r", "rule", _check, short=short, source="paper")
 
-    assert results.short_text(claim("Eq. (9): the boundary turns by eps.")) == "Eq. (9): the boundary turns by eps."
-    assert results.short_text(claim("Anything.", short="Mine")) == "Mine"
+    assert ledger.short_text(claim("Eq. (9): the boundary turns by eps.")) == "Eq. (9): the boundary turns by eps."
+    assert ledger.short_text(claim("Anything.", short="Mine")) == "Mine"
     text = "Theorem 3: E[f(W)^2] = 1 for every order n and every symmetric law W, when f = sqrt(2) sin(x + pi/4)."
-    assert results.short_text(claim(text), limit=90) == \
+    assert ledger.short_text(claim(text), limit=90) == \
         "Theorem 3: E[f(W)^2] = 1 for every order n and every symmetric law W, when f = sqrt(2)…"
     # a cut inside a parenthesis goes back before it
-    assert results.short_text(claim(text), limit=95) == \
+    assert ledger.short_text(claim(text), limit=95) == \
         "Theorem 3: E[f(W)^2] = 1 for every order n and every symmetric law W, when f = sqrt(2) sin…"
-    assert results.short_text(claim("A finding that holds well (Sec. 5, Fig. 3; notebook: 0.8)."), limit=40) \
+    assert ledger.short_text(claim("A finding that holds well (Sec. 5, Fig. 3; notebook: 0.8)."), limit=40) \
         == "A finding that holds well."
 
 
@@ -576,7 +586,7 @@ def test_verdict_box_names_each_claim_of_the_chapter_with_its_paper_scale_verdic
         return f"gap {payload['gap']:.2f}", REPRODUCED if payload["gap"] > 1 else PARTLY
 
     chapter.CLAIMS = [*chapter.CLAIMS, Claim("fake-other", "chen", "The other gap is large.", "summary",
-                                             "reproduced if gap > 1", large)]
+                                             "reproduced if gap > 1", large, source="paper")]
     box = results.verdict_box("fake_chapter").data
     assert box.count(f'<span class="verdict verdict-not-yet-run-at-paper-scale">{NOT_RUN}</span>') == 2
     _publish(tmp_path, "paper", {"gap": 0.5}, config.load("fake_chapter", "paper").digest)
@@ -601,10 +611,11 @@ def test_verdict_box_of_a_real_chapter_agrees_with_the_ledger(monkeypatch):
     monkeypatch.delenv(results.ROOT_ENV, raising=False)
     monkeypatch.setattr(results, "experiment_chapters", lambda: ["chen_levy"])
     box = results.verdict_box("chen_levy").data
-    rows = results.ledger_rows("../")
+    rows = ledger.ledger_rows("../")
     assert len(rows) == len(results._claims_of("chen_levy")) == box.count("<li") > 0
     for row in rows:
-        assert row["Short"] in box and row["Verdict"] in box and row["Measured at paper scale"] in box
+        assert row["Short"] in box and row["Measured at paper scale"] in box
+        assert ledger._verdict_html(row["verdict"], row["provisional"]) in box
 
 
 def test_sign_test_is_the_binomial_tail():
@@ -619,9 +630,11 @@ def test_sign_test_is_the_binomial_tail():
 
 
 def test_fig6_rotated_needs_every_activation_beyond_noise_by_the_sign_test():
-    """Four wins of four is every activation but not beyond noise (p = 1/16): partly only."""
+    """Four wins of four is every activation but not beyond noise (p = 1/16), and six of seven neither
+    (p = 8/128): the count cannot tell the encoders apart, so inconclusive; the NeRF-type encoder winning
+    every one of seven is beyond noise the other way: not reproduced."""
     from gmp.experiments import sbsnn_encoders
-    from gmp.results import PARTLY, REPRODUCED
+    from gmp.results import INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED
 
     def payload(gains):
         names = [f"a{i}" for i in range(len(gains))]
@@ -630,9 +643,11 @@ def test_fig6_rotated_needs_every_activation_beyond_noise_by_the_sign_test():
         return {"activations": names, "rows": rows}
 
     assert sbsnn_encoders._fig6_check(payload([1, 2, 3, 4, 5, 6, 7]))[1] == REPRODUCED
-    assert sbsnn_encoders._fig6_check(payload([1, 2, 3, 4]))[1] == PARTLY
+    assert sbsnn_encoders._fig6_check(payload([1, 2, 3, 4]))[1] == INCONCLUSIVE
     measured, verdict = sbsnn_encoders._fig6_check(payload([1, 2, 3, 4, 5, 6, -1]))
-    assert verdict == PARTLY and "6 of 7" in measured and "-1.00 dB" in measured
+    assert verdict == INCONCLUSIVE and "6 of 7" in measured and "-1.00 dB" in measured
+    assert sbsnn_encoders._fig6_check(payload([-1] * 7))[1] == NOT_REPRODUCED
+    assert sbsnn_encoders._earlier_fig6_check(payload([1, 2, 3, 4, 5, 6, -1]))[1] == PARTLY  # the rule it replaced
 
 
 def test_a_cached_payload_lacking_what_a_rule_reads_is_corrupt_in_the_ledger_and_verdict_box(chapter, tmp_path,
@@ -641,7 +656,7 @@ def test_a_cached_payload_lacking_what_a_rule_reads_is_corrupt_in_the_ledger_and
     the ledger; it is judged corrupt, saying what the rule could not read."""
     monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
     _publish_hashed(tmp_path, {"methods": {}})
-    [row] = results.ledger_rows()
+    [row] = ledger.ledger_rows()
     assert row["verdict"] == results.CORRUPT and "summary.json is malformed" in row["Measured at paper scale"]
     assert "KeyError: &#x27;gap&#x27;" in row["Measured at paper scale"]
     assert "verdict-corrupt" in results.verdict_box("fake_chapter").data

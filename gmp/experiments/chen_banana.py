@@ -32,7 +32,7 @@ from gmp.characteristic import CharacteristicTracker, characteristic_points
 from gmp.config import Config, scaled
 from gmp.data.toy import ToyData, banana
 from gmp.models.mlp import mlp
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, Store, paired_interval
+from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, PowerTest, Store, paired_interval
 from gmp.train import EarlyStopping, ReduceLROnPlateau, accuracy, evaluate, fit, predict
 from gmp import style
 
@@ -364,15 +364,15 @@ def _gmp_tolerates_large_lr(payload: Mapping[str, Any]) -> tuple[str, str]:
 
 
 CLAIMS = [
-    Claim(key="chen-banana-accuracy", paper="chen",
+    Claim(key="chen-banana-accuracy", paper="chen", source="paper",
           text="On the banana data GmP (lr 0.1) achieves the highest test accuracy of SP, WN, BN and GmP "
                "(Sec. 5, Fig. 3; official notebook: "
                + ", ".join(f"{m} {a:g}" for m, a in PAPER["official_notebook_accuracy"].items()) + ").",
           result="fig3",
           rule="judged on the paper's protocol (early stopping on the test accuracy) at the official learning "
                "rates; " + _ACCURACY_RULE,
-          check=_gmp_most_accurate),
-    *[Claim(key=f"chen-banana-accuracy-lr{rate:g}".replace(".", ""), paper="chen",
+          check=_gmp_most_accurate, test=PowerTest("t", CONFIG["paper"]["seeds"])),
+    *[Claim(key=f"chen-banana-accuracy-lr{rate:g}".replace(".", ""), paper="chen", source="check",
             text=f"On the banana data GmP achieves the highest test accuracy of SP, WN, BN and GmP (Sec. 5, "
                  f"Fig. 3), with every method at learning rate {rate:g} (the paper trains GmP at 0.1 and the "
                  f"others at 0.01).",
@@ -380,8 +380,9 @@ CLAIMS = [
             result="fig3",
             rule=f"judged on the paper's protocol (early stopping on the test accuracy) with every method at "
                  f"learning rate {rate:g}; " + _ACCURACY_RULE,
-            check=_at_rate(rate)) for rate in CONFIG["paper"]["lrs"]],
-    Claim(key="chen-banana-lr", paper="chen",
+            check=_at_rate(rate), test=PowerTest("t", CONFIG["paper"]["seeds"]))
+      for rate in CONFIG["paper"]["lrs"]],
+    Claim(key="chen-banana-lr", paper="chen", source="paper",
           text="GmP allows a 10x larger learning rate while keeping a smooth evolution of the "
                "characteristic boundaries (Sec. 5, Fig. 3).",
           result="fig3",

@@ -24,7 +24,7 @@ import torch
 from gmp import results as _results
 from gmp.config import SCALES, Config, scaled
 from gmp.experiments import chen_banana
-from gmp.results import Claim, Store, paired_interval
+from gmp.results import Claim, PowerTest, Store, paired_interval
 
 INITS: dict[str, str] = {"uniform": "paper text: uniform directions, r = 1",
                          "glorot_half": "official code: Glorot conversion folded into the half-sphere u_n >= 0"}
@@ -125,7 +125,7 @@ def _check(init: str):
 
 
 CLAIMS = [
-    Claim(key=f"chen-banana-accuracy-{init.replace('_', '-')}", paper="chen",
+    Claim(key=f"chen-banana-accuracy-{init.replace('_', '-')}", paper="chen", source="check",
           text="On the banana data GmP (lr 0.1) achieves the highest test accuracy of SP, WN, BN and GmP "
                f"(Sec. 5, Fig. 3), with GmP initialised by the {what}.",
           short=f"Banana: GmP has the highest test accuracy, GmP init '{init}'",
@@ -133,7 +133,7 @@ CLAIMS = [
           rule="the rule of the chapter's claim at the official rates, with GmP's runs of this initialisation: "
                "judged on the paper's protocol (early stopping on the test accuracy) at the official learning "
                "rates; " + chen_banana._ACCURACY_RULE,
-          check=_check(init))
+          check=_check(init), test=PowerTest("t", chen_banana.CONFIG["paper"]["seeds"]))
     for init, what in {"uniform": "paper text (uniform directions, r = 1)",
                        "glorot_half": "official code's conversion with its half-sphere inverse"}.items()
 ]

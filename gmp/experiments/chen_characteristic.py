@@ -347,13 +347,13 @@ def _uniform_directions(payload: Mapping[str, Any]) -> tuple[str, str]:
 
 
 CLAIMS = [
-    Claim(key="chen-characteristic-gmp-angle", paper="chen", result="perturbation",
+    Claim(key="chen-characteristic-gmp-angle", paper="chen", source="paper", result="perturbation",
           text="Eq. (9): in 2-D, perturbing the GmP angle by eps turns the characteristic boundary by exactly eps.",
           rule="verified if the largest |angle change - eps| over all sampled units and eps values is below "
                "1e-9 rad (float64 rounding of an angle is a few 1e-16 rad; 1e-9 is 1e-5 of the smallest eps); "
                "else fails",
           check=_gmp_angle_exact, kind=IDENTITY),
-    Claim(key="chen-characteristic-gmp-smooth", paper="chen", result="perturbation",
+    Claim(key="chen-characteristic-gmp-smooth", paper="chen", source="paper", result="perturbation",
           text="Fig. 1e-h: under GmP the boundary moves smoothly, gradually away from its original spatial "
                "location as eps grows.",
           rule="verified if every sampled unit moves its spatial location by at most (1 + |lambda|) eps "
@@ -363,20 +363,28 @@ CLAIMS = [
                "|phi| of the sample, about 100 times the rounding measured), and the median move grows with "
                "eps; else fails",
           check=_gmp_smooth, kind=IDENTITY),
-    Claim(key="chen-characteristic-sp-wn-drastic", paper="chen", result="perturbation",
+    Claim(key="chen-characteristic-sp-wn-drastic", paper="chen", source="paper", result="perturbation",
           text="Sec. 2.4 / Fig. 1e-h: under SP and WN even eps = 1e-3 can drastically change the spatial location "
                "of the boundary (units with w, b ~ 0.001 N(0, 1)).",
           rule="reproduced if at eps = 1e-3, for both SP and WN, the median unit's spatial location moves at least "
                "drastic_factor (100) times farther than under GmP and its normal turns by at least 100 eps; partly if only one of SP/WN "
                "does, or both only by 10x; else not reproduced",
-          check=_sp_wn_drastic),
-    Claim(key="chen-characteristic-sp-arbitrary-angle", paper="chen", result="perturbation",
+          check=_sp_wn_drastic,
+          short="SP/WN: eps = 1e-3 moves the boundary drastically (at weight scale 1e-3, by construction)",
+          note="Holds at the paper's weight scale only, and there by construction: with w, b ~ 0.001 N(0, 1) a "
+               "perturbation of 1e-3 is as large as the weights themselves. At the Glorot scale the same "
+               "perturbation barely moves the boundary (the chapter's table of both scales)."),
+    Claim(key="chen-characteristic-sp-arbitrary-angle", paper="chen", source="paper", result="perturbation",
           text="Eq. (8): under SP (and WN) the direction change can take arbitrary values in [0, pi] even for a "
                "small perturbation.",
           rule="reproduced if at the smallest eps (1e-4) some sampled unit turns by at least 0.9 pi under both SP "
                "and WN; partly if by at least pi/2; else not reproduced",
-          check=_sp_arbitrary_angle),
-    Claim(key="chen-characteristic-uniform-init", paper="chen", result="init",
+          check=_sp_arbitrary_angle,
+          short="SP/WN: a small eps can turn the boundary by any angle (at weight scale 1e-3)",
+          note="At the paper's weight scale (w, b ~ 0.001 N(0, 1)), where eps = 1e-4 is a tenth of a typical "
+               "weight; at the Glorot scale the largest turn falls far below pi (the chapter's table of both "
+               "scales)."),
+    Claim(key="chen-characteristic-uniform-init", paper="chen", source="paper", result="init",
           text="Sec. 3.3: i.i.d. zero-mean Gaussian weights induce directions uniform on the unit sphere, "
                "whatever the variance.",
           rule="verified if the fourth-moment test (gmp.fourth_moment_test: the mean over the directions of "

@@ -30,7 +30,7 @@ import torch
 from gmp import results as _results
 from gmp.config import SCALES, Config, scaled
 from gmp.experiments import chen_levy
-from gmp.results import Claim, Store
+from gmp.results import Claim, PowerTest, Store
 
 ARMS: dict[str, dict[str, Any]] = {
     "GmP lr 0.01": {"method": "GmP", "lr": 0.01, "init": "glorot"},
@@ -149,29 +149,32 @@ _STABLE_RULE = ("reproduced if GmP's largest move is below 1 in every seed and e
                 "least 10 in every seed; partly if GmP's largest move is below each other method's in every seed; "
                 "else not reproduced (the rule of the chapter's claim at the official rates)")
 
+_T = PowerTest("t", chen_levy.CONFIG["paper"]["seeds"])
+"""GmP minus each other method's RMSE, over the chapter's seeds."""
+
 CLAIMS = [
-    Claim(key="chen-levy-rmse-lr001", paper="chen",
+    Claim(key="chen-levy-rmse-lr001", paper="chen", source="check",
           text="GmP has the lowest test RMSE of the four on the Levy task (Fig. 2d-g), with every method at "
                "learning rate 0.01 (the paper trains GmP at 0.1).",
           short="Levy: GmP has the lowest test RMSE, every method at lr 0.01",
-          result="arms", rule=_RMSE_RULE, check=_check("rmse", "lr 0.01")),
-    Claim(key="chen-levy-rmse-lr01", paper="chen",
+          result="arms", rule=_RMSE_RULE, check=_check("rmse", "lr 0.01"), test=_T),
+    Claim(key="chen-levy-rmse-lr01", paper="chen", source="check",
           text="GmP has the lowest test RMSE of the four on the Levy task (Fig. 2d-g), with every method at "
                "learning rate 0.1 (the paper trains SP, WN and BN at 0.01).",
           short="Levy: GmP has the lowest test RMSE, every method at lr 0.1",
-          result="arms", rule=_RMSE_RULE, check=_check("rmse", "lr 0.1")),
-    Claim(key="chen-levy-rmse-uniform", paper="chen",
+          result="arms", rule=_RMSE_RULE, check=_check("rmse", "lr 0.1"), test=_T),
+    Claim(key="chen-levy-rmse-uniform", paper="chen", source="check",
           text="GmP has the lowest test RMSE of the four on the Levy task (Fig. 2d-g), with GmP initialised as "
                "the paper's text says (Sec. 3.3: uniform directions, r = 1) instead of the official Glorot "
                "conversion.",
           short="Levy: GmP has the lowest test RMSE, GmP with the text's initialisation",
-          result="arms", rule=_RMSE_RULE, check=_check("rmse", "uniform init")),
-    Claim(key="chen-levy-stable-lr001", paper="chen",
+          result="arms", rule=_RMSE_RULE, check=_check("rmse", "uniform init"), test=_T),
+    Claim(key="chen-levy-stable-lr001", paper="chen", source="check",
           text="Under GmP the largest per-epoch move of a characteristic point stays below 1 while SP, WN and BN "
                "reach far larger values (Sec. 2.4, Fig. 2c), with every method at learning rate 0.01.",
           short="Levy: GmP's characteristic points move least, every method at lr 0.01",
           result="arms", rule=_STABLE_RULE, check=_check("stable", "lr 0.01")),
-    Claim(key="chen-levy-stable-lr01", paper="chen",
+    Claim(key="chen-levy-stable-lr01", paper="chen", source="check",
           text="Under GmP the largest per-epoch move of a characteristic point stays below 1 while SP, WN and BN "
                "reach far larger values (Sec. 2.4, Fig. 2c), with every method at learning rate 0.1.",
           short="Levy: GmP's characteristic points move least, every method at lr 0.1",

@@ -145,7 +145,7 @@ def _gmp_mn_best(payload: Mapping[str, Any]) -> tuple[str, str]:
 
 
 CLAIMS = [
-    Claim(key="chen-resnet-gmpmn-best", paper="chen", result="table3",
+    Claim(key="chen-resnet-gmpmn-best", paper="chen", source="paper", result="table3",
           text="ResNet-34 on ImageNet: GmP+MN outperforms BN (torchvision's ResNet) and WN+MBN in top-1 and "
                "top-5 validation accuracy (Table 3).",
           rule="reproduced if GmP+MN has the highest mean top-1 and top-5 over the seeds (a seed with no "

@@ -329,25 +329,25 @@ def _gmp_fastest(payload: Mapping[str, Any]) -> tuple[str, str]:
 
 
 CLAIMS = [
-    Claim(key="chen-vgg-gmpmn-best", paper="chen", result="table2",
+    Claim(key="chen-vgg-gmpmn-best", paper="chen", source="paper", result="table2",
           text="VGG-6 on ImageNet32: GmP+MN achieves the best top-1 and top-5 validation accuracy for all batch "
                "sizes (256, 512, 1024) (Table 2).",
           rule="reproduced if GmP+MN has the highest mean in all 6 (batch size, metric) cells; partly if in at "
                "least half of them; else not reproduced" + _DIVERGED + _STAND_IN,
           check=_gmp_mn_best),
-    Claim(key="chen-vgg-batch-advantage", paper="chen", result="table2",
+    Claim(key="chen-vgg-batch-advantage", paper="chen", source="paper", result="table2",
           text="The improvement of GmP+MN over the other methods becomes larger as the batch size increases "
                "(Table 2).",
           rule="margin = GmP+MN minus the best other variant; reproduced if the margin at the largest batch "
                "exceeds that at the smallest for both top-1 and top-5; partly if for one of them; else not "
                "reproduced" + _DIVERGED + _STAND_IN,
           check=_advantage_grows),
-    Claim(key="chen-vgg-mn-helps", paper="chen", result="table2",
+    Claim(key="chen-vgg-mn-helps", paper="chen", source="paper", result="table2",
           text="Mean normalization improves GmP in deep networks: GmP+MN beats GmP (Table 2).",
           rule="reproduced if GmP+MN's mean top-1 exceeds GmP's at every batch size; partly if at some; else "
                "not reproduced" + _DIVERGED + _STAND_IN,
           check=_mn_helps),
-    Claim(key="chen-vgg-fastest", paper="chen", result="fig4",
+    Claim(key="chen-vgg-fastest", paper="chen", source="paper", result="fig4",
           text="GmP achieves the fastest convergence among all compared methods (Fig. 4, batch size 1024).",
           rule="at the largest batch size, the mean top-5 accuracy over the first quarter of the epochs is "
                "highest for GmP or GmP+MN; reproduced if so for both training and validation curves, partly "

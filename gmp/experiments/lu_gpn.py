@@ -337,28 +337,28 @@ def _proposition1(payload):
 
 
 CLAIMS = [
-    Claim(key="lu-gpn-table1", paper="lu", result="gpn",
+    Claim(key="lu-gpn-table1", paper="lu", source="paper", result="gpn",
           text="Table 1: the GPN constants (a, b) of Tanh, ReLU, LeakyReLU, ELU, SELU and GELU.",
           rule="verified if all 12 constants are within 1e-4 (one unit of the printed 4th decimal) "
                "of Table 1, using the paper's root; else fails",
           check=_table1_matches, kind=IDENTITY),
-    Claim(key="lu-gpn-poincare", paper="lu", result="gpn",
+    Claim(key="lu-gpn-poincare", paper="lu", source="paper", result="gpn",
           text="Theorem 1 (Gaussian-Poincaré inequality): Var[phi] <= E[phi'^2] under N(0, 1).",
           rule="verified if the inequality holds (to 1e-9) for every tested function (the 6 activations "
                "of Table 1 and 11 more); else fails",
           check=_poincare_holds, kind=IDENTITY),
-    Claim(key="lu-gpn-prop3", paper="lu", result="gpn",
+    Claim(key="lu-gpn-prop3", paper="lu", source="paper", result="gpn",
           text="Proposition 3: a*phi + b with a = E[phi'^2]^(-1/2), b = a c is Gaussian-Poincaré normalized.",
           rule="verified if E[phi_hat^2] and E[phi_hat'^2] are 1 to 1e-8 for all 6 activations and both "
                "roots; else fails",
           check=_gpn_normalized, kind=IDENTITY),
-    Claim(key="lu-gpn-prop2", paper="lu", result="gpn",
+    Claim(key="lu-gpn-prop2", paper="lu", source="paper", result="gpn",
           text="Proposition 2 (via Eq. (27)): a zero-mean nonlinear function is not GPN, "
                "since E[phi'^2] - E[phi^2] = sum_k (k-1) a_k^2 > 0.",
           rule="verified if the Hermite sums match the quadrature moments to 1e-6 for the smooth Tanh and "
                "GELU and E[phi'^2] - E[phi^2] > 1e-3 for every zero-mean activation (Tanh, SELU); else fails",
           check=_hermite_identities, kind=IDENTITY),
-    Claim(key="lu-gpn-prop1", paper="lu", result="gpn",
+    Claim(key="lu-gpn-prop1", paper="lu", source="paper", result="gpn",
           text="Proposition 1: ||dE/dW^(l)||_F = ||x^(l)|| ||d^(l)|| (Eq. (19)), hence equal gradient "
                "norms in a bidirectionally self-normalizing network.",
           rule="verified if Eq. (19) holds to 1e-10 relative error on random networks and a linear "

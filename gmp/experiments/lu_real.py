@@ -1327,19 +1327,19 @@ def _judged_unfinished(groups: tuple[str, ...]) -> Callable[[Mapping[str, Any]],
     return payload
 
 CLAIMS = [
-    Claim(key="lu-real-untrainable", paper="lu", result="runs",
+    Claim(key="lu-real-untrainable", paper="lu", source="paper", result="runs",
           text="Table 2: depth-200 networks with ReLU, LeakyReLU or GELU (no GPN, no BN) are not "
                "trainable on MNIST and CIFAR-10 (accuracy at chance).",
           rule="reproduced if every such run ends with a training accuracy <= 15% (chance is 10%; a diverged "
                "run counts as chance); partly if some do; else not reproduced." + _STAND_IN + _UNFINISHED,
           check=_untrainable, unfinished=_judged_unfinished(("no BN",))),
-    Claim(key="lu-real-gpn-trainable", paper="lu", result="runs",
+    Claim(key="lu-real-gpn-trainable", paper="lu", source="paper", result="runs",
           text="Table 2: once ReLU, LeakyReLU and GELU are GPN, the depth-200 networks can be trained.",
           rule="reproduced if each GPN version's training accuracy exceeds its plain version's by >= 10 "
                "points on every data set (a diverged run counts as chance, 10%); partly if at least half do; "
                "else not reproduced." + _STAND_IN + _UNFINISHED,
           check=_gpn_trainable, unfinished=_judged_unfinished(("no BN",))),
-    Claim(key="lu-real-gpn-train-accuracy", paper="lu", result="runs",
+    Claim(key="lu-real-gpn-train-accuracy", paper="lu", source="paper", result="runs",
           text="Table 2: GPN activations consistently outperform their unnormalised counterparts in "
                "training accuracy (without BN).",
           rule="a diverged run counts as chance (10%). A GPN version trains better if its training accuracy "
@@ -1349,14 +1349,14 @@ CLAIMS = [
                "better (the rest even: near 100% both train to the ceiling); partly if at least 3/4 are "
                "better or even; else not reproduced." + _STAND_IN,
           check=_gpn_train_acc),
-    Claim(key="lu-real-bn-explodes", paper="lu", result="runs",
+    Claim(key="lu-real-bn-explodes", paper="lu", source="paper", result="runs",
           text="Figs. 10-13: batch normalisation leads to gradient explosion with every activation.",
           rule="reproduced if, for every activation and GPN version whose ratio without BN is defined "
                "throughout training (no gradient norm of exactly 0), the peak gradient norm ratio (Eq. (56)) "
                "with BN is >= 10 x the peak without BN (a diverged BN run counts as an explosion); partly "
                "if for at least half; else not reproduced." + _STAND_IN + _UNFINISHED,
           check=_bn_explodes, unfinished=_judged_unfinished(("no BN", "BN"))),
-    Claim(key="lu-real-gpn-stable", paper="lu", result="runs",
+    Claim(key="lu-real-gpn-stable", paper="lu", source="paper", result="runs",
           text="Figs. 10-13: without BN, every GPN network keeps a stable gradient magnitude throughout "
                "training.",
           rule="reproduced if every GPN network without BN has a gradient norm ratio (Eq. (56)) <= 10 at every "

@@ -429,41 +429,41 @@ def _readme_check(payload: Mapping[str, Any], schedule: str) -> tuple[str, str]:
 
 
 CLAIMS = [
-    Claim(key="sbsnn-readme-aggressive", paper="sbsnn",
+    Claim(key="sbsnn-readme-aggressive", paper="sbsnn", source="paper",
           text="The author's README: with the aggressive schedule (Adam 1e-3, halved after 5 flat epochs) his "
                "script's network passes 60 dB PSNR in 100 iterations (author's protocol: an iteration is an epoch of "
                "mini-batches of 32, PSNR of the epoch-mean training loss on [0, 1] values).",
           result="author", rule="reproduced if the epoch-mean PSNR reaches 60 dB within the run's 100 epochs; partly if "
                                 "its best is within 10 dB of it; else not reproduced",
           check=lambda p: _readme_check(p, "aggressive")),
-    Claim(key="sbsnn-readme-less-aggressive", paper="sbsnn",
+    Claim(key="sbsnn-readme-less-aggressive", paper="sbsnn", source="paper",
           text="The author's README: with the less aggressive schedule (Adam 2e-4, halved after 40 flat epochs) the "
                "same network passes 95 dB PSNR in 550 iterations (author's protocol).",
           result="author", rule="reproduced if the epoch-mean PSNR reaches 95 dB within the run's 550 epochs; partly if "
                                 "its best is within 10 dB of it; else not reproduced",
           check=lambda p: _readme_check(p, "less_aggressive")),
-    Claim(key="sbsnn-fig7-100-author", paper="sbsnn",
+    Claim(key="sbsnn-fig7-100-author", paper="sbsnn", source="paper",
           text="Fig. 7 read as the author ran it: the rotated-encoder SBSNN networks pass MSE 1e-5 on [0, 1] values "
                "(50 dB) in around 100 iterations, i.e. epochs, by the PSNR he plots (epoch-mean loss).",
           result="author", rule="reproduced if each of the three SBSNN-family rotated networks reaches 50 dB "
                                 "epoch-mean PSNR within the run's 100 epochs; partly if at least one does; else not "
                                 "reproduced",
           check=lambda p: _fig7_check(p, "epoch", "author", "epochs", PAPER["fig7_epochs"])),
-    Claim(key="sbsnn-fig7-100-siren-scale", paper="sbsnn",
+    Claim(key="sbsnn-fig7-100-siren-scale", paper="sbsnn", source="paper",
           text="Fig. 7 against SIREN's own bar: the rotated-encoder SBSNN networks pass SIREN's MSE 1e-5 on [-1, 1] "
                "values (56.0 dB) in around 100 epochs, by a whole-image evaluation after the epoch.",
           result="author", rule="reproduced if each of the three SBSNN-family rotated networks reaches 56.0 dB "
                                 "whole-image PSNR within the run's 100 epochs; partly if at least one does; else not "
                                 "reproduced",
           check=lambda p: _fig7_check(p, "train", "siren", "epochs", PAPER["fig7_epochs"])),
-    Claim(key="sbsnn-siren-1e-5-classic", paper="sbsnn",
+    Claim(key="sbsnn-siren-1e-5-classic", paper="sbsnn", source="paper",
           text="SIREN fits the 256x256 cameraman to MSE 1e-5 (on [-1, 1] values) in 10,000 iterations (Section 5, "
                "citing Sitzmann et al.), on SIREN's own photograph (the classic cameraman) under SIREN's own "
                "protocol (full-batch Adam 1e-4).",
           result="author", rule="reproduced if SIREN's training MSE reaches 1e-5 within 10,000 full-batch steps; "
                                 "partly if its best MSE is within a factor 10 of it; else not reproduced",
           check=lambda p: _siren_check(p)),
-    Claim(key="sbsnn-fig7-updates", paper="sbsnn",
+    Claim(key="sbsnn-fig7-updates", paper="sbsnn", source="paper",
           text="The abstract's '1/100th the number of iterations' counted in Adam updates: the rotated-encoder SBSNN "
                "networks reach SIREN's accuracy (56.0 dB, whole image) in 1/100th of the updates SIREN needs under "
                "its own protocol.",

@@ -16,7 +16,8 @@ from gmp.experiments import sbsnn_author
 from gmp.experiments.sbsnn_author import (FIG7_ACTIVATIONS, SBSNN_FAMILY, data, encoded, family_reach, figure_spec,
                                           fit_row, label, siren_spec)
 from gmp.minibatch import EpochCurves, fit_stack, layers
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, SIGN_LEVEL, Claim, sign_test
+from gmp.results import (INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED, SIGN_LEVEL, Claim, EarlierRule,
+                         PowerTest, sign_test)
 from gmp import style
 
 FIG4_ACTIVATIONS = ["sin", "triangle", "gpn_tanh", "gpn_relu", "gpn_elu", "abs_sin"]
@@ -257,6 +258,21 @@ def _rotated_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     wins = sum(rotated > nerf for _, nerf, rotated in pairs)
     p = sign_test(wins, len(pairs)) if pairs else 1.0
     measured = f"rotated better for {wins} of {len(pairs)} activations (best whole-image PSNR; sign test p = {p:.2g})"
+    if pairs and wins == len(pairs) and p < SIGN_LEVEL:
+        return measured, REPRODUCED
+    losses = sum(rotated < nerf for _, nerf, rotated in pairs)
+    return measured, NOT_REPRODUCED if pairs and sign_test(losses, len(pairs)) < SIGN_LEVEL else INCONCLUSIVE
+
+
+def _earlier_rotated_check(payload: Mapping[str, Any]) -> tuple[str, str]:
+    """The rule of ``sbsnn-fig6-rotated-author`` in force when its paper-scale run was made (replaced by
+    issue #27: a count beyond noise in neither direction is inconclusive, not 'partly'), as it was."""
+    rows = payload["figures"]["fig6"]
+    pairs = [(a, rows[f"{a}/nerf"]["best_train_psnr"], rows[f"{a}/rotated"]["best_train_psnr"])
+             for a in FIG7_ACTIVATIONS if f"{a}/nerf" in rows and f"{a}/rotated" in rows]
+    wins = sum(rotated > nerf for _, nerf, rotated in pairs)
+    p = sign_test(wins, len(pairs)) if pairs else 1.0
+    measured = f"rotated better for {wins} of {len(pairs)} activations (best whole-image PSNR; sign test p = {p:.2g})"
     verdict = REPRODUCED if pairs and wins == len(pairs) and p < SIGN_LEVEL else PARTLY if wins > len(pairs) / 2 \
         else NOT_REPRODUCED
     return measured, verdict
@@ -278,7 +294,7 @@ _FIG4_UNFINISHED = (" An unfinished paper-scale run is judged once the Fig. 4 ne
                     "are journalled: the claim needs no Fig. 6 unit, so its verdict is final then.")
 
 CLAIMS = [
-    Claim(key="sbsnn-fit-500-author", paper="sbsnn",
+    Claim(key="sbsnn-fit-500-author", paper="sbsnn", source="paper",
           text="Fig. 4 as the author ran it: SBSNNs with an initial SIREN layer pass MSE 1e-5 on [0, 1] values "
                "(50 dB) in around 500 iterations (epochs of mini-batches of 32), by the PSNR he plots.",
           result="figs", rule="reproduced if each of the three SBSNN-family networks reaches 50 dB epoch-mean PSNR "
@@ -286,7 +302,7 @@ CLAIMS = [
                               + _FIG4_UNFINISHED,
           check=lambda p: family_reach(p["figures"]["fig4"], "siren_layer", "epoch", "author", "epochs", 550),
           unfinished=_fig4_unfinished),
-    Claim(key="sbsnn-fit-500-siren-scale", paper="sbsnn",
+    Claim(key="sbsnn-fit-500-siren-scale", paper="sbsnn", source="paper",
           text="Fig. 4 against SIREN's own bar: the same networks pass SIREN's MSE 1e-5 on [-1, 1] values (56.0 dB) "
                "within the run's epochs, by a whole-image evaluation.",
           result="figs", rule="reproduced if each of the three SBSNN-family networks reaches 56.0 dB whole-image PSNR "
@@ -294,7 +310,7 @@ CLAIMS = [
                               + _FIG4_UNFINISHED,
           check=lambda p: family_reach(p["figures"]["fig4"], "siren_layer", "train", "siren", "epochs", 550),
           unfinished=_fig4_unfinished),
-    Claim(key="sbsnn-fit-faster-author", paper="sbsnn",
+    Claim(key="sbsnn-fit-faster-author", paper="sbsnn", source="paper",
           text="Fig. 4 as the author ran it: these SBSNNs fit the image faster than SIREN (SIREN under the same "
                "mini-batch protocol: at its own constant rate, 1e-4, under the figure's schedule, and at the lower "
                "constant rate 1e-5).",
@@ -305,12 +321,22 @@ CLAIMS = [
                               "reproduced. One seed. The 1e-5 arm and the 30 dB bar were added after the first "
                               "paper-scale run showed SIREN at 18 to 19 dB under the other two arms." + _FIG4_UNFINISHED,
           check=_faster_check, unfinished=_fig4_unfinished),
-    Claim(key="sbsnn-fig6-rotated-author", paper="sbsnn",
+    Claim(key="sbsnn-fig6-rotated-author", paper="sbsnn", source="paper",
           text="Fig. 6 as the author ran it: the rotated encoder (his matrices) gives a better fit than the "
                "axis-aligned one.",
           result="figs", rule="one fit (seed) per activation and encoder, so the activations are the paired "
                               "comparisons: reproduced if the rotated encoder has the higher best whole-image PSNR "
                               "for every activation and that count is beyond noise by a one-sided sign test over "
-                              "the activations (p < 0.05); partly if for more than half; else not reproduced",
-          check=_rotated_check),
+                              "the activations (p < 0.05); not reproduced if the axis-aligned encoder's count is "
+                              "beyond noise by the same test; else inconclusive (the count cannot tell the "
+                              "encoders apart)",
+          check=_rotated_check, test=PowerTest("sign", len(FIG7_ACTIVATIONS), alternative="greater"),
+          earlier=EarlierRule(
+              rule="one fit (seed) per activation and encoder, so the activations are the paired comparisons: "
+                   "reproduced if the rotated encoder has the higher best whole-image PSNR for every activation "
+                   "and that count is beyond noise by a one-sided sign test over the activations (p < 0.05); "
+                   "partly if for more than half; else not reproduced",
+              check=_earlier_rotated_check, commits="issue #27's ledger commit", replaced="2026-11-26 13:51 UTC",
+              why="A count beyond noise in neither direction (a sign test's p of 0.5 for 4 of 7) cannot tell the "
+                  "encoders apart: it is inconclusive, not a weak reproduction.")),
 ]

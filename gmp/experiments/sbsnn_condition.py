@@ -281,35 +281,35 @@ def _theorem3_check(payload: Mapping[str, Any]) -> tuple[str, str]:
 
 
 CLAIMS = [
-    Claim(key="sbsnn-fig1-two-lowest", paper="sbsnn",
+    Claim(key="sbsnn-fig1-two-lowest", paper="sbsnn", source="paper",
           text="Of the seven activations of Fig. 1, the two with f(x)^2 - 1 odd (sqrt(2/(1+e^-x)) and "
                "sqrt(2) sin(x + pi/4)) give the two lowest norm-deviation curves over 400 Haar layers.",
           result="fig1",
           rule="reproduced if these two rank first and second by the mean over widths of log10 deviation; "
                "partly if one of them is in the first two; else not reproduced",
           check=_fig1_check),
-    Claim(key="sbsnn-fig2-recovery", paper="sbsnn",
+    Claim(key="sbsnn-fig2-recovery", paper="sbsnn", source="paper",
           text="A vector of norm sqrt(n)/2 is brought back towards norm sqrt(n) faster by the two "
                "functions with f(x)^2 - 1 odd than by the GPN activations (Fig. 2).",
           result="fig2",
           rule="reproduced if after the first layer both have a smaller deviation than every GPN activation; "
                "partly if one has; else not reproduced",
           check=_fig2_check),
-    Claim(key="sbsnn-theorem1", paper="sbsnn",
+    Claim(key="sbsnn-theorem1", paper="sbsnn", source="paper",
           text="Theorem 1: +-sqrt(2) sin(x + pi/4) and +-sqrt(2) cos(x + pi/4) satisfy the strong condition "
                "and the other smooth candidates do not.",
           result="theorem1",
           rule="verified if the symbolic residuals vanish exactly for the four solutions and for no other "
                "candidate; else fails",
           check=_theorem1_check, kind=IDENTITY),
-    Claim(key="sbsnn-theorem2", paper="sbsnn",
+    Claim(key="sbsnn-theorem2", paper="sbsnn", source="paper",
           text="Theorem 2: sqrt(2) sin(T(x) + pi/4) (triangle wave T) and sqrt(2)|sin(x + pi/4)| satisfy the "
                "strong condition with one-sided derivatives at their kinks.",
           result="condition",
           rule="verified if both pass the numerical check (all violations below 1e-5 on [-10, 10]); "
                "else fails",
           check=_theorem2_check, kind=IDENTITY),
-    Claim(key="sbsnn-theorem3", paper="sbsnn",
+    Claim(key="sbsnn-theorem3", paper="sbsnn", source="paper",
           text="Theorem 3: E[f^(n)(W)^2] = 1 for every derivative order n and every symmetric W when "
                "f = sqrt(2) sin(x + pi/4).",
           result="theorem3",

@@ -274,7 +274,7 @@ def _faster_check(payload: Mapping[str, Any]) -> tuple[str, str]:
 
 
 CLAIMS = [
-    Claim(key="sbsnn-siren-1e-5", paper="sbsnn",
+    Claim(key="sbsnn-siren-1e-5", paper="sbsnn", source="superseded",
           text="Text reading (an iteration is one full-batch update; today's scikit-image photograph): "
                "SIREN fits the 256x256 cameraman image to MSE 1e-5 in 10,000 iterations (Section 5, citing "
                "Sitzmann et al.).",
@@ -282,7 +282,7 @@ CLAIMS = [
           rule="reproduced if SIREN's training MSE reaches 1e-5 within 10,000 steps; partly if its best MSE is "
                "within a factor 10 of it; else not reproduced",
           check=_siren_check),
-    Claim(key="sbsnn-fit-500", paper="sbsnn",
+    Claim(key="sbsnn-fit-500", paper="sbsnn", source="superseded",
           text="Text reading (an iteration is one full-batch update; today's scikit-image photograph): "
                "SBSNNs with an initial SIREN layer and no positional encoder exceed that accuracy (MSE 1e-5) in "
                "around 500 iterations, with lr 2e-4 halved on 40-step plateaus (Fig. 4).",
@@ -291,7 +291,7 @@ CLAIMS = [
                "MSE 1e-5 within 1,000 steps (twice the paper's figure); partly if at least one does; else not "
                "reproduced",
           check=_sbsnn_check),
-    Claim(key="sbsnn-fit-faster", paper="sbsnn",
+    Claim(key="sbsnn-fit-faster", paper="sbsnn", source="superseded",
           text="Text reading (an iteration is one full-batch update; today's scikit-image photograph): "
                "These SBSNNs fit the image faster than SIREN (Fig. 4).",
           result="fig4",

@@ -1,0 +1,470 @@
+"""The claims ledger: every claim judged on its chapter's paper-scale cache, grouped, tallied and rendered.
+
+The claims are counted in three ledgers by their :attr:`gmp.results.Claim.source`: the papers' claims
+(whose verdicts answer "does the paper hold?"), our robustness checks (arms the papers never ran), and
+literal readings of a paper's text that the author's public code rules out. Each verdict says whether it
+is provisional (judged on an unfinished run) and whether its rule was fixed before the run: a run records
+the hash of each of its claims' rules (:func:`gmp.results.rule_digest`), and a claim whose rule was
+replaced after its run keeps the earlier rule (:class:`gmp.results.EarlierRule`) so that both verdicts show.
+
+Chapters call :func:`verdict_box`, :func:`claims_table` and :func:`ledger` as ``gmp.results.<name>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gmp import results as _results
+from gmp.results import CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPERS, SOURCES, STALE, Claim, rule_digest
+
+MALFORMED = (KeyError, IndexError, TypeError, AttributeError)
+"""What a claim's rule raises on a payload that lacks what it reads or holds it in another form."""
+
+PROVISIONAL = "provisional"
+"""How the ledger marks a verdict judged on an unfinished run, which the units still to come may change."""
+
+FIXED = "rule fixed before the run"
+"""The rule's hash recorded with the paper-scale run matches today's rule's."""
+REVISED = "rule revised after the run"
+"""The rule's hash recorded with the run differs from today's, the run recorded none for the claim (written
+after it), or the claim's rule was replaced after the run (:attr:`gmp.results.Claim.earlier`)."""
+UNKNOWN = "rule before the run: unknown"
+"""The run recorded no rule hashes (it predates them) and no replaced rule is known."""
+
+GROUPS: dict[str, tuple[str, str]] = {
+    "paper": ("The papers' claims",
+              "What the three papers claim, each judged on our paper-scale runs by its stated rule: these "
+              "verdicts answer \"does the paper hold?\"."),
+    "check": ("Our robustness checks",
+              "Arms the papers never ran: every method at one learning rate (0.01 or 0.1, where the paper "
+              "trains GmP at 0.1 and the others at 0.01) and other initialisations of GmP. Each asks whether a "
+              "claim survives a change the paper did not make, so a failure here is ours to explain, not the "
+              "paper's."),
+    "superseded": ("Superseded readings",
+                   "Literal readings of a paper's text (an iteration as one full-batch update, today's "
+                   "scikit-image photograph) that the author's public code rules out; the chapters that run "
+                   "the author's protocol judge the same claims in the papers' ledger. Kept for the record."),
+}
+"""Title and what it adds, of the ledger of each :data:`gmp.results.SOURCES`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """A claim judged on its chapter's paper-scale cache."""
+
+    claim: Claim
+    """The claim judged."""
+    measured: str
+    """What the rule measured, as it says it."""
+    verdict: str
+    """The verdict of today's rule."""
+    provisional: bool = False
+    """Judged on an unfinished run (:attr:`gmp.results.Claim.unfinished`)."""
+    rule_status: str = ""
+    """One of :data:`FIXED`, :data:`REVISED` and :data:`UNKNOWN`, or empty where no run was judged."""
+    rule_note: str = ""
+    """The sentence on :attr:`rule_status`."""
+    earlier: tuple[str, str] | None = None
+    """``(measured, verdict)`` of the rule in force at the run (:attr:`gmp.results.Claim.earlier`), where it
+    was replaced."""
+
+    @property
+    def category(self) -> str:
+        """Its verdict as the tallies count it, with "(provisional)" when judged on an unfinished run."""
+        return f"{self.verdict} ({PROVISIONAL})" if self.provisional else self.verdict
+
+
+def _rule_status(claim: Claim, provenance: Mapping[str, Any]) -> tuple[str, str, bool]:
+    """``(status, sentence, earlier)``: whether ``claim``'s rule was fixed before the run of ``provenance``,
+    and whether :attr:`Claim.earlier` is the rule that was in force at it."""
+    code = provenance.get("code") if isinstance(provenance.get("code"), dict) else {}
+    rules = code.get("rules") if isinstance(code.get("rules"), dict) else None
+    date = str(provenance.get("date", "?"))
+    if rules is not None and claim.key in rules:
+        if rules[claim.key] == rule_digest(claim):
+            return FIXED, "The hash of the rule recorded with the run matches today's rule.", False
+        return REVISED, ("RULE REVISED after the run: the hash of the rule recorded with the run differs from "
+                         "today's rule's; the verdict is today's rule's."), False
+    if claim.earlier is not None and date < claim.earlier.replaced:
+        why = f" {claim.earlier.why}" if claim.earlier.why else ""
+        return REVISED, (f"RULE REVISED after the run ({date}) by {claim.earlier.commits} "
+                         f"({claim.earlier.replaced}).{why}"), True
+    if rules is not None:
+        return REVISED, "The run recorded no rule of this claim: the claim or its rule was written after the run.", False
+    return UNKNOWN, (f"Unknown whether the rule was fixed before the run ({date}): the run recorded no rule "
+                     f"hashes (it predates them), and no replaced rule is known."), False
+
+
+def _evaluate(claim: Claim, payload: Mapping[str, Any], where: str,
+              earlier: bool = False) -> tuple[str, str, tuple[str, str] | None]:
+    """``(measured, verdict, earlier)`` of ``claim`` on ``payload``, with ``(measured, verdict)`` of the rule
+    in force at the run when ``earlier``; :data:`CORRUPT` where the rule cannot read the payload (``where``
+    names it)."""
+    try:
+        measured, verdict = claim.evaluate(payload)
+        old = claim.evaluate(payload, claim.earlier.check) if earlier else None
+    except MALFORMED as err:
+        return (f"{where} malformed: the rule cannot read it ({type(err).__name__}: {err}); rerun the chapter "
+                "or restore the cache from git"), CORRUPT, None
+    return measured, verdict, old
+
+
+def judge(chapter: str, claim: Claim) -> Judgement:
+    """``claim`` of ``chapter`` judged on the chapter's paper-scale cache (or its unfinished run's units,
+    where the claim says how: provisional)."""
+    entry = _results.cached(chapter, claim.result, "paper")
+    if entry.status == "absent":
+        payload = None
+        try:
+            payload = claim.unfinished(entry.units) if claim.unfinished is not None and entry.journalled else None
+        except MALFORMED as err:
+            return Judgement(claim, f"the journalled units are malformed: the rule cannot read them "
+                                    f"({type(err).__name__}: {err})", CORRUPT)
+        if payload is None:
+            return Judgement(claim, "—", NOT_RUN)
+        measured, verdict, _ = _evaluate(claim, payload, "the journalled units are")
+        return Judgement(claim, f"unfinished run: {measured}", verdict, provisional=verdict != CORRUPT,
+                         rule_status=UNKNOWN, rule_note="An unfinished run records no rule hashes.")
+    if entry.status in ("stale", "corrupt"):
+        return Judgement(claim, "—", STALE if entry.status == "stale" else CORRUPT)
+    status, note, earlier = _rule_status(claim, entry.provenance or {})
+    measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
+    return Judgement(claim, measured, verdict, rule_status=status, rule_note=note, earlier=old)
+
+
+def judged(chapter: str) -> list[Judgement]:
+    """:func:`judge` of each claim of ``chapter``."""
+    return [judge(chapter, claim) for claim in _results._claims_of(chapter)]
+
+
+def _judged(chapter: str) -> list[tuple[Claim, str, str]]:
+    """``(claim, measured, verdict)`` for each claim of ``chapter`` (:func:`judged` without the rest)."""
+    return [(j.claim, j.measured, j.verdict) for j in judged(chapter)]
+
+
+SHORT = 110
+"""How many characters :func:`short_text` keeps at most."""
+
+_QUALIFIER = re.compile(r"^([^:()]{1,40}) \([^()]{20,}\): (?=\S)")
+_LAST_REFERENCE = re.compile(r"\s*\((?=[^()]*(?:\(|Fig|Table|Sec|Eq|Theorem|Proposition|abstract))"
+                             r"(?:[^()]|\([^()]*\))*\)\.?$")
+
+
+def short_text(claim: Claim, limit: int = SHORT) -> str:
+    """The claim's :attr:`gmp.results.Claim.short` if it has one, else its text made to fit ``limit`` characters.
+
+    A text too long loses the long parenthesis of a leading qualifier ("Text reading (an
+    iteration is ...): X" becomes "Text reading: X") and a final parenthesis that cites the paper
+    ("(Sec. 5, Fig. 3)"), then is cut at a word, before any parenthesis left open, and ends with "…".
+    """
+    if claim.short:
+        return claim.short
+    text = claim.text.strip()
+    if len(text) > limit:
+        text = _LAST_REFERENCE.sub(".", _QUALIFIER.sub(r"\1: ", text))
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1].rsplit(" ", 1)[0]
+    depth, opened = 0, None
+    for i, char in enumerate(cut):
+        if char == "(":
+            opened = i if depth == 0 else opened
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+    if depth:
+        cut = cut[:opened]
+    return cut.rstrip(" ,;:-(") + "…"
+
+
+def _table(rows: list[dict[str, str]]):
+    from IPython.display import HTML
+
+    if not rows:
+        return HTML("<p>No claims recorded.</p>")
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{v}</td>" for v in row.values()) + "</tr>" for row in rows)
+    return HTML(f'<table class="table gmp-claims"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+
+
+def _claim_html(claim: Claim) -> str:
+    """The claim's text; an identity, a robustness check or a superseded reading says so beneath it."""
+    notes = {"check": "(our robustness check, not a claim of the paper)",
+             "superseded": "(a reading of the text that the author's code rules out)"}
+    note = "<br><small>(identity checked numerically)</small>" if claim.kind == IDENTITY else ""
+    if claim.source in notes:
+        note += f"<br><small>{notes[claim.source]}</small>"
+    return html.escape(claim.text) + note
+
+
+def _rule_html(claim: Claim) -> str:
+    """The rule, with its test's power and the claim's note (a structural half, a scale)."""
+    parts = [html.escape(claim.rule)]
+    if claim.test is not None:
+        parts.append(f"<small>Test: {html.escape(claim.test.describe())}.</small>")
+    if claim.note:
+        parts.append(f"<small>{html.escape(claim.note)}</small>")
+    return "<br>".join(parts)
+
+
+def _judgement_html(judgement: Judgement) -> str:
+    """The verdict (marked provisional where it is), the rule's status and the earlier rule's verdict."""
+    out = _verdict_html(judgement.verdict, judgement.provisional)
+    if judgement.rule_status:
+        out += f'<br><small class="gmp-rule-status">{html.escape(judgement.rule_status)}</small>'
+    if judgement.earlier is not None:
+        out += (f'<br><small class="gmp-rule-earlier">rule in force at the run: '
+                f'{_verdict_html(judgement.earlier[1])}</small>')
+    return out
+
+
+def claims_table(chapter: str, live: Mapping[str, Mapping[str, Any]], scale: str):
+    """The chapter's claims: our measurement at this build's scale and at paper scale.
+
+    ``live`` maps result names to the payloads computed in this build at ``scale``.
+    """
+    rows = []
+    for judgement in judged(chapter):
+        claim = judgement.claim
+        if claim.result not in live:
+            raise ValueError(f"claim {claim.key!r} needs the live result {claim.result!r}; "
+                             f"got results {sorted(live)}")
+        live_measured, live_verdict = claim.evaluate(live[claim.result])
+        rows.append({
+            "Claim": _claim_html(claim),
+            "Rule": _rule_html(claim),
+            f"Ours at this build's scale ({scale})": f"{html.escape(live_measured)}<br>{_verdict_html(live_verdict)}",
+            "Ours at paper scale (cache)": f"{html.escape(judgement.measured)}<br>{_judgement_html(judgement)}",
+        })
+    return _table(rows)
+
+
+def _chapter_link(chapter: str, link_prefix: str) -> str:
+    part = _chapter_folder(chapter)
+    return f'<a href="{link_prefix}{part}/{chapter}.html">{chapter}</a>' if part else chapter
+
+
+def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
+    """One row per claim of every chapter, with the verdict from the paper-scale cache.
+
+    Each row holds the HTML cells of the ledger ("Paper", "Claim", "Short", "Rule",
+    "Measured at paper scale", "Verdict", "Chapter") and, in plain text, the ``"verdict"``, the
+    ``"kind"`` of claim (``"finding"`` or ``"identity"``), its ``"source"`` (the ledger it is counted
+    in), whether it is ``"provisional"``, the tally ``"category"`` (:attr:`Judgement.category`), the
+    ``"rule_status"``, the ``"earlier"`` verdict (of the rule in force at the run, where replaced since,
+    else None), the ``"paper"`` key and the claim's ``"key"``.
+    """
+    rows = []
+    for chapter in _results.experiment_chapters():
+        link = _chapter_link(chapter, link_prefix)
+        for j in judged(chapter):
+            claim = j.claim
+            earlier = "" if j.earlier is None else (
+                f'<p><strong>Rule in force at the run</strong> (replaced since, kept in code): '
+                f'{html.escape(claim.earlier.rule)}<br>It gives {_verdict_html(j.earlier[1])}: '
+                f'{html.escape(j.earlier[0])}</p>')
+            rows.append({"Paper": html.escape(PAPERS.get(claim.paper, claim.paper)),
+                         "Claim": _claim_html(claim), "Short": html.escape(short_text(claim)),
+                         "Rule": _rule_html(claim), "Rule status": html.escape(j.rule_note), "Earlier": earlier,
+                         "Note": html.escape(claim.note),
+                         "Measured at paper scale": html.escape(j.measured), "Verdict": _judgement_html(j),
+                         "Chapter": link, "verdict": j.verdict, "kind": claim.kind, "source": claim.source,
+                         "provisional": j.provisional, "category": j.category, "rule_status": j.rule_status,
+                         "earlier": None if j.earlier is None else j.earlier[1], "paper": claim.paper,
+                         "key": claim.key})
+    return rows
+
+
+_KIND_TITLES = {"finding": "Findings: empirical claims that could have come out otherwise",
+                IDENTITY: "Identities: theorems and algebraic identities checked numerically"}
+
+
+def categories(kind: str) -> list[str]:
+    """The tally categories of claims of ``kind``: its verdicts, the same judged on an unfinished run
+    (provisional, counted apart), then not run, stale and corrupt."""
+    verdicts = KIND_VERDICTS[kind]
+    return [*verdicts, *(f"{v} ({PROVISIONAL})" for v in verdicts), NOT_RUN, STALE, CORRUPT]
+
+
+def ledger_counts(rows: list[dict[str, Any]], kind: str, source: str | None = None) -> dict[str, dict[str, int]]:
+    """Per paper, how many claims of ``kind`` (and of ``source``, the ledger they are counted in, when
+    given) in :func:`ledger_rows` ``rows`` fall in each of :func:`categories`."""
+    mine = [row for row in rows if row["kind"] == kind and source in (None, row["source"])]
+    counts = {paper: dict.fromkeys(categories(kind), 0) for paper in dict.fromkeys(r["Paper"] for r in mine)}
+    for row in mine:
+        counts[row["Paper"]][row["category"]] += 1
+    return counts
+
+
+def _slug(text: str) -> str:
+    """The CSS name of a verdict or paper: ``"not reproduced"`` -> ``"not-reproduced"``."""
+    return re.sub(r"[^a-z0-9]+", "-", text.split(":")[0].lower()).strip("-")
+
+
+def _verdict_html(verdict: str, provisional: bool = False) -> str:
+    mark = (f' <small class="gmp-provisional" title="judged on an unfinished run; the units still to come may '
+            f'change it">({PROVISIONAL})</small>') if provisional else ""
+    return f'<span class="verdict verdict-{_slug(verdict)}">{html.escape(verdict)}</span>{mark}'
+
+
+def claim_anchor(claim_key: str) -> str:
+    """The id of a claim's entry on the ledger page."""
+    return "claim-" + _slug(claim_key)
+
+
+def _summary_html(rows: list[dict[str, Any]], kind: str, source: str) -> str:
+    """Per paper: a bar of its tally (one segment per category) and the counts in words."""
+    lines = []
+    paper_keys = {row["Paper"]: row["paper"] for row in rows}
+    for paper, counts in ledger_counts(rows, kind, source).items():
+        total = sum(counts.values())
+        present = [(category, n) for category, n in counts.items() if n]
+        bar = "".join(f'<span class="gmp-bar-segment verdict-{_slug(c)}{" gmp-provisional" * (PROVISIONAL in c)}" '
+                      f'style="flex-grow: {n}" data-verdict="{_slug(c)}" data-count="{n}" '
+                      f'title="{html.escape(c)}: {n}"></span>' for c, n in present)
+        words = ", ".join(f'{n} {_verdict_html(c.removesuffix(f" ({PROVISIONAL})"), PROVISIONAL in c)}'
+                          for c, n in present)
+        lines.append(f'<tr data-paper="{_slug(paper_keys[paper])}" data-total="{total}"><th>{paper}</th>'
+                     f'<td class="gmp-bar-cell"><span class="gmp-bar">{bar}</span></td>'
+                     f'<td class="gmp-bar-words">{total} claim{"s" if total != 1 else ""}: {words}</td></tr>')
+    return f'<table class="gmp-ledger-summary"><tbody>{"".join(lines)}</tbody></table>'
+
+
+def _claim_entry_html(row: dict[str, Any]) -> str:
+    """One claim of the ledger: a one-line summary (paper, short claim, verdict, deciding number)
+    that opens onto the full claim, its rule, whether the rule was fixed before the run (and the
+    earlier rule's verdict where it was replaced) and the full measurement."""
+    note = f'<br><small class="gmp-claim-note">{row["Note"]}</small>' if row["Note"] else ""
+    return (f'<details class="gmp-claim" id="{claim_anchor(row["key"])}" data-paper="{_slug(row["paper"])}" '
+            f'data-verdict="{_slug(row["verdict"])}" data-source="{row["source"]}"'
+            f'{" data-provisional" * row["provisional"]}>'
+            f'<summary><span class="gmp-claim-paper">{row["Paper"]}<br><small>{row["Chapter"]}</small></span>'
+            f'<span class="gmp-claim-short">{row["Short"]}{note}</span>'
+            f'<span class="gmp-claim-verdict">{row["Verdict"]}</span>'
+            f'<span class="gmp-claim-measured" title="{row["Measured at paper scale"]}">'
+            f'{row["Measured at paper scale"]}</span></summary>'
+            f'<div class="gmp-claim-body"><p><strong>Claim.</strong> {row["Claim"]}</p>'
+            f'<p><strong>Rule.</strong> {row["Rule"]}</p>'
+            + (f'<p><strong>Rule and run.</strong> {row["Rule status"]}</p>' if row["Rule status"] else "")
+            + row["Earlier"]
+            + f'<p><strong>Measured at paper scale.</strong> {row["Measured at paper scale"]}</p>'
+            f'<p><small>Chapter {row["Chapter"]}, claim <code>{html.escape(row["key"])}</code></small></p>'
+            f'</div></details>')
+
+
+LEDGER_CSS = """
+.verdict-inconclusive { color: #5b4b8a; }
+.gmp-bar-segment.verdict-inconclusive { background: #9c8cc9; }
+.gmp-bar-segment.gmp-provisional { opacity: 0.5; }
+.gmp-provisional, .gmp-rule-status, .gmp-rule-earlier, .gmp-claim-note { font-weight: normal; color: #5f6368; }
+.gmp-ledger-group-title { margin: 2em 0 0.2em; font-size: 1.15em; }
+#gmp-ledger-verdict-inconclusive:checked ~ .gmp-ledger-filters label[for="gmp-ledger-verdict-inconclusive"] {
+  background: #444; border-color: #444; color: #fff;
+}
+#gmp-ledger-verdict-inconclusive:checked ~ .gmp-ledger-kind .gmp-claim:not([data-verdict="inconclusive"]) {
+  display: none;
+}
+"""
+"""The style of what ``book/_static/gmp.css`` does not style yet, put in the page by :func:`ledger`.
+
+The inconclusive verdict (its colour, its bar segment, its filter), provisional verdicts, the rule's
+status and the ledgers' titles."""
+
+
+def _filters_html(rows: list[dict[str, Any]]) -> tuple[str, str]:
+    """The hidden radio buttons and their labels that filter the ledger by paper and by verdict
+    (CSS only: the rules are in ``book/_static/gmp.css``)."""
+    groups = [("paper", [("all", "All papers")]
+               + [(_slug(key), html.escape(PAPERS.get(key, key))) for key in dict.fromkeys(r["paper"] for r in rows)]),
+              ("verdict", [("all", "All verdicts")]
+               + [(_slug(v), html.escape(v.split(":")[0])) for v in dict.fromkeys(r["verdict"] for r in rows)])]
+    inputs, labels = [], []
+    for group, options in groups:
+        words = []
+        for value, text in options:
+            ident = f"gmp-ledger-{group}-{value}"
+            inputs.append(f'<input type="radio" class="gmp-ledger-filter" name="gmp-ledger-{group}" id="{ident}"'
+                          f'{" checked" if value == "all" else ""}>')
+            words.append(f'<label for="{ident}">{text}</label>')
+        labels.append(f'<span class="gmp-ledger-filter-group"><span>{group.capitalize()}:</span> {" ".join(words)}</span>')
+    return "".join(inputs), f'<div class="gmp-ledger-filters">{"".join(labels)}</div>'
+
+
+def ledger(link_prefix: str = ""):
+    """The claims ledger of the whole book: one ledger per :data:`gmp.results.SOURCES` (the papers'
+    claims, our robustness checks, superseded readings), each titled with what it adds and with its
+    findings and identities apart, each of those with its own tally per paper (a bar and the counts;
+    provisional verdicts counted apart), then one line per claim that opens onto its full text, its rule
+    (and whether it was fixed before the run) and its measurement; radio buttons filter the claims by
+    paper and verdict."""
+    from IPython.display import HTML
+
+    rows = ledger_rows(link_prefix)
+    if not rows:
+        return _table(rows)
+    inputs, filters = _filters_html(rows)
+    head = ('<div class="gmp-claim-head"><span>Paper</span><span>Claim (click to open: full text and rule)</span>'
+            '<span>Verdict</span><span>Deciding number (paper scale)</span></div>')
+    parts = []
+    for source in SOURCES:
+        ours = [row for row in rows if row["source"] == source]
+        if not ours:
+            continue
+        title, adds = GROUPS[source]
+        parts.append(f'<div class="gmp-ledger-group" data-source="{source}"><p class="gmp-ledger-group-title">'
+                     f'<strong>{html.escape(title)}</strong> ({len(ours)} claims)</p><p>{html.escape(adds)}</p></div>')
+        for kind, kind_title in _KIND_TITLES.items():
+            mine = [row for row in ours if row["kind"] == kind]
+            if mine:
+                parts.append(f'<section class="gmp-ledger-kind" data-kind="{kind}" data-source="{source}">'
+                             f'<p class="gmp-ledger-title"><strong>{html.escape(kind_title)}</strong></p>'
+                             + _summary_html(mine, kind, source)
+                             + f'<div class="gmp-claim-list">{head}{"".join(_claim_entry_html(r) for r in mine)}</div>'
+                             + '</section>')
+    return HTML(f'<style>{LEDGER_CSS}</style><div class="gmp-ledger">{inputs}{filters}{"".join(parts)}</div>')
+
+
+def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
+    """An admonition for the top of a chapter: each of its claims (short form), its verdict on the
+    paper-scale cache (as the claims ledger judges it, marked provisional on an unfinished run, with the
+    earlier rule's verdict where the rule was replaced after the run) and the deciding number, with links
+    to the claim's entry in the ledger (``ledger_href``, relative to the chapter's page) and to the
+    chapter's own "Claims" section. None for a chapter without claims."""
+    from IPython.display import HTML
+
+    if not _results._claims_of(chapter):
+        return None
+    if _results.results_root() is None:
+        items = "".join(f'<li>{html.escape(short_text(claim))}</li>' for claim in _results._claims_of(chapter))
+        return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">What this chapter '
+                    f'tests</p><ul>{items}</ul><p>No paper-scale cache is beside this copy, so no verdict is shown: '
+                    f'the book\'s <a href="{ledger_href}">claims ledger</a> has them.</p></div>')
+    items = []
+    labels = {"check": " <small>(our robustness check)</small>",
+              "superseded": " <small>(superseded reading)</small>"}
+    for j in judged(chapter):
+        number = f'<span class="gmp-verdict-measured">{html.escape(j.measured)}</span>' if j.measured != "—" else ""
+        earlier = "" if j.earlier is None else (f'<small> (rule revised after the run; the rule in force at it '
+                                                f'gives {_verdict_html(j.earlier[1])})</small>')
+        items.append(f'<li data-verdict="{_slug(j.verdict)}"><span class="gmp-verdict-cell">'
+                     f'{_verdict_html(j.verdict, j.provisional)}</span>'
+                     f'<span><a href="{ledger_href}#{claim_anchor(j.claim.key)}">{html.escape(short_text(j.claim))}</a>'
+                     f'{labels.get(j.claim.source, "")}{earlier}{number}</span></li>')
+    return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">Verdicts of this chapter '
+                f'(paper scale)</p><ul class="gmp-verdict-list">{"".join(items)}</ul>'
+                '<p class="gmp-verdict-links">Each verdict follows the claim\'s stated rule from the cached '
+                'paper-scale run (a chapter built at a smaller scale shows its own numbers beside them). '
+                'The rules and both scales are in <a href="#claims">the chapter\'s Claims section</a>; every '
+                f'claim of the book is in the <a href="{ledger_href}">claims ledger</a>.</p></div>')
+
+
+def _chapter_folder(chapter: str) -> str | None:
+    root = _results.repository_root()
+    if root is None:
+        return None
+    found = sorted((root / "book").glob(f"*/{chapter}.md"))
+    return found[0].parent.name if found else None

@@ -1,0 +1,211 @@
+"""The claims ledger (gmp.ledger): three ledgers with their own tallies, the power of a rule's test,
+provisional verdicts, and whether a rule was fixed before its run."""
+
+import itertools
+import json
+import sys
+import types
+
+import pytest
+from scipy import stats
+
+from gmp import config, ledger, results
+from gmp.results import (INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED, SOURCES, Claim, EarlierRule, PowerTest,
+                         sign_test)
+
+
+def _check(payload):
+    return f"gap {payload['gap']:.2f}", REPRODUCED if payload["gap"] < 1 else PARTLY
+
+
+def _strict(payload):
+    return f"gap {payload['gap']:.2f}", REPRODUCED if payload["gap"] < 0.1 else NOT_REPRODUCED
+
+
+def _claim(**changes):
+    return Claim(**{"key": "fake-gap", "paper": "chen", "text": "The gap is small.", "result": "summary",
+                    "rule": "reproduced if gap < 1, else partly", "check": _check, "source": "paper", **changes})
+
+
+@pytest.fixture
+def chapter(monkeypatch, tmp_path):
+    """A chapter 'fake_chapter' with one claim, an empty results root, and the ledger reading only it."""
+    module = types.ModuleType("gmp.experiments.fake_chapter")
+    module.CONFIG = config.scaled(smoke={"n": 1}, small={"n": 2}, paper={"n": 3})
+    module.CLAIMS = [_claim()]
+    monkeypatch.setitem(sys.modules, "gmp.experiments.fake_chapter", module)
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "_results"))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
+    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    return module
+
+
+def _publish(tmp_path, payload, date="2026-11-22 00:00 UTC", rules=None):
+    folder = tmp_path / "_results" / "fake_chapter" / "paper"
+    results.atomic_write_json(folder / "summary.json", payload)
+    code = {"digest": "d", "modules": {}, "hash": results.CODE_HASH}
+    if rules is not None:
+        code.update(rules=rules, rule_hash=results.RULE_HASH)
+    results.atomic_write_json(folder / "provenance.json", {
+        "config_digest": config.load("fake_chapter", "paper").digest, "date": date, "code": code})
+
+
+def test_every_claim_of_every_chapter_says_whose_claim_it_is():
+    """Every claim is the paper's, our robustness check, or a superseded reading; the arms chapters hold
+    only checks, and the claims read from the text as the author's code rules out are the superseded ones."""
+    with pytest.raises(ValueError, match="source ''"):
+        _claim(source="")
+    seen = set()
+    for chapter in results.experiment_chapters():
+        for claim in results._claims_of(chapter):
+            assert claim.source in SOURCES, claim.key
+            if chapter.endswith("_arms"):
+                assert claim.source == "check", claim.key
+            assert (claim.source == "superseded") == claim.text.startswith("Text reading"), claim.key
+            seen.add(claim.source)
+    assert seen == set(SOURCES)
+
+
+def test_the_real_ledger_tallies_each_group_apart():
+    """The tallies of the three ledgers add up to the claims of each, and no check or superseded reading is
+    counted among the papers' claims."""
+    rows = ledger.ledger_rows()
+    for kind in ("finding", "identity"):
+        everything = ledger.ledger_counts(rows, kind)
+        for paper, counts in everything.items():
+            per_group = [ledger.ledger_counts(rows, kind, source).get(paper, {}) for source in SOURCES]
+            assert {c: sum(g.get(c, 0) for g in per_group) for c in counts} == counts
+        for source in SOURCES:
+            mine = [r for r in rows if r["kind"] == kind and r["source"] == source]
+            assert sum(sum(c.values()) for c in ledger.ledger_counts(rows, kind, source).values()) == len(mine)
+    page = results.ledger().data
+    papers, rest = page.split("Our robustness checks")
+    checks, superseded = rest.split("Superseded readings")
+    for row in rows:
+        where = {"paper": papers, "check": checks, "superseded": superseded}[row["source"]]
+        assert f'id="{ledger.claim_anchor(row["key"])}"' in where, row["key"]
+
+
+def test_a_design_that_cannot_reach_the_level_is_inconclusive_never_reproduced():
+    """With 5 paired seeds an exact two-sided Wilcoxon test cannot reach p < 0.05 (its smallest p, all
+    differences of one sign, is 2/32): a rule decided by it reports inconclusive, whatever its check says."""
+    five = PowerTest("wilcoxon", 5)
+    assert five.min_p == pytest.approx(stats.wilcoxon([1.0, 2.0, 3.0, 4.0, 5.0], method="exact").pvalue) == 0.0625
+    assert not five.can_separate and "cannot reach p < 0.05" in five.describe()
+    for verdict in (REPRODUCED, PARTLY, NOT_REPRODUCED):
+        claim = _claim(check=lambda payload, v=verdict: ("GmP lower in 5 of 5 seeds", v), test=five)
+        measured, judged = claim.evaluate({})
+        assert judged == INCONCLUSIVE and "GmP lower in 5 of 5 seeds" in measured and "0.062" in measured
+    six = PowerTest("wilcoxon", 6)
+    assert six.min_p == pytest.approx(stats.wilcoxon([1.0, 2, 3, 4, 5, 6], method="exact").pvalue) and six.can_separate
+    assert _claim(check=lambda payload: ("m", REPRODUCED), test=six).evaluate({}) == ("m", REPRODUCED)
+
+
+def test_the_smallest_attainable_p_of_each_test_is_its_most_extreme_outcome():
+    for n in (3, 5, 7):
+        assert PowerTest("sign", n, alternative="greater").min_p == pytest.approx(sign_test(n, n))
+    assert PowerTest("t", 5).min_p == 0.0 and PowerTest("t", 1).min_p == 1.0
+    for ties in ((), (2, 2), (1, 3)):  # y in the one order that matches x, among the distinct orders
+        x = [g for g, size in enumerate(ties or (1,) * 4) for _ in range(size)]
+        rhos = [stats.spearmanr(x, y).statistic for y in itertools.permutations(range(4))]
+        best = sum(r >= max(rhos) - 1e-12 for r in rhos) / len(rhos)
+        assert PowerTest("spearman", 4, alternative="less", ties=ties).min_p == pytest.approx(best)
+    with pytest.raises(ValueError, match="unknown test"):
+        PowerTest("anova", 5)
+
+
+def test_a_verdict_on_an_unfinished_run_is_provisional_and_counted_apart(chapter, tmp_path):
+    chapter.CLAIMS = [_claim(unfinished=lambda units: {"gap": units["a"]} if "a" in units else None),
+                      _claim(key="fake-final", text="The other gap is small.")]
+    digest = config.load("fake_chapter", "paper").digest
+    journal = results.journal_path("fake_chapter", "paper", digest)
+    journal.parent.mkdir(parents=True)
+    journal.write_text(json.dumps({"key": "a", "value": 0.5}) + "\n")
+    rows = ledger.ledger_rows()
+    assert [(r["verdict"], r["provisional"], r["category"]) for r in rows] == [
+        (REPRODUCED, True, "reproduced (provisional)"), (results.NOT_RUN, False, results.NOT_RUN)]
+    counts = ledger.ledger_counts(rows, "finding")["Chen &amp; Ge"]
+    assert counts["reproduced (provisional)"] == 1 and counts[REPRODUCED] == 0 and counts[results.NOT_RUN] == 1
+    assert "(provisional)</small>" in rows[0]["Verdict"] and "(provisional)" not in rows[1]["Verdict"]
+    page = results.ledger().data
+    assert 'data-verdict="reproduced-provisional" data-count="1"' in page and "data-provisional" in page
+    assert "(provisional)</small>" in results.verdict_box("fake_chapter").data
+
+
+def test_the_rule_recorded_with_a_run_tells_a_rule_fixed_before_it_from_one_revised_after(chapter, tmp_path):
+    claim = chapter.CLAIMS[0]
+    _publish(tmp_path, {"gap": 0.5}, rules={claim.key: results.rule_digest(claim)})
+    [row] = ledger.ledger_rows()
+    assert row["rule_status"] == ledger.FIXED and row["earlier"] is None
+    _publish(tmp_path, {"gap": 0.5}, rules={claim.key: "0" * 16})
+    [row] = ledger.ledger_rows()
+    assert row["rule_status"] == ledger.REVISED and "RULE REVISED" in row["Rule status"]
+    _publish(tmp_path, {"gap": 0.5}, rules={"another-claim": "0" * 16})
+    assert ledger.ledger_rows()[0]["rule_status"] == ledger.REVISED  # the claim was written after the run
+    _publish(tmp_path, {"gap": 0.5})
+    [row] = ledger.ledger_rows()
+    assert row["rule_status"] == ledger.UNKNOWN and "recorded no rule hashes" in row["Rule status"]
+
+
+def test_a_rule_replaced_after_its_run_shows_the_verdict_of_the_rule_in_force_at_it(chapter, tmp_path):
+    earlier = EarlierRule(rule="reproduced if gap < 0.1, else not reproduced", check=_strict, commits="abc1234",
+                          replaced="2026-11-23 00:00 UTC", why="The bound was relaxed after the run.")
+    chapter.CLAIMS = [_claim(earlier=earlier)]
+    _publish(tmp_path, {"gap": 0.5}, date="2026-11-22 00:00 UTC")
+    [row] = ledger.ledger_rows()
+    assert (row["verdict"], row["rule_status"], row["earlier"]) == (REPRODUCED, ledger.REVISED, NOT_REPRODUCED)
+    assert "abc1234" in row["Rule status"] and "relaxed after the run" in row["Rule status"]
+    page = results.ledger().data
+    assert "Rule in force at the run" in page and "reproduced if gap &lt; 0.1, else not reproduced" in page
+    assert "the rule in force at it gives" in results.verdict_box("fake_chapter").data
+    _publish(tmp_path, {"gap": 0.5}, date="2026-11-24 00:00 UTC")  # run after the change: today's rule only
+    [row] = ledger.ledger_rows()
+    assert row["earlier"] is None and row["rule_status"] == ledger.UNKNOWN
+
+
+def test_a_rule_digest_follows_the_rule_not_its_documentation():
+    def make(bound):
+        def check(payload):
+            """A check."""
+            return "m", REPRODUCED if payload["gap"] < bound else PARTLY
+        return check
+
+    def documented(payload):
+        """Another docstring, same code."""
+        return f"gap {payload['gap']:.2f}", REPRODUCED if payload["gap"] < 1 else PARTLY
+
+    base = results.rule_digest(_claim())
+    assert results.rule_digest(_claim()) == base
+    assert results.rule_digest(_claim(text="Reworded claim.", short="Short")) == base
+    assert results.rule_digest(_claim(rule="reproduced if gap < 2")) != base
+    assert results.rule_digest(_claim(check=_strict)) != base
+    assert results.rule_digest(_claim(check=make(1.0))) != results.rule_digest(_claim(check=make(2.0)))
+    assert results.rule_digest(_claim(test=PowerTest("t", 5))) != base
+    assert results.rule_digest(_claim(check=documented)) != base  # another function name is another tree
+
+
+def test_a_run_records_the_rules_of_its_chapters_claims(chapter, tmp_path, monkeypatch):
+    staging = tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"
+    monkeypatch.setenv(results.STAGING_ENV, str(staging))
+    results.Store("fake_chapter", config.load("fake_chapter", "paper"))
+    [record] = [json.loads(p.read_text()) for p in (staging / results.RUN_CODE).glob("*.json")]
+    assert record["code"]["rules"] == results.rule_digests("fake_chapter") == {
+        "fake-gap": results.rule_digest(chapter.CLAIMS[0])}
+    assert {k: v for k, v in record["code"].items() if k not in ("rules", "rule_hash")} == results.code_fingerprint()
+    assert results.run_code("no_such_chapter") == results.code_fingerprint()
+
+
+def test_every_rule_replaced_after_its_committed_run_shows_both_verdicts():
+    """On the committed caches (which record no rule hashes), each claim whose rule was replaced after its
+    paper-scale run shows the verdict of the rule in force at the run beside today's; the others say that
+    whether their rule was fixed before the run is unknown."""
+    rows = {row["key"]: row for row in ledger.ledger_rows()}
+    replaced = {claim.key for chapter in results.experiment_chapters() for claim in results._claims_of(chapter)
+                if claim.earlier is not None}
+    assert {"chen-levy-rmse", "chen-uci-gmp-best", "chen-uci-naval-near-zero", "lu-syn-gpn-preserves",
+            "lu-syn-plain-explode"} <= replaced
+    for key in replaced:
+        assert rows[key]["rule_status"] == ledger.REVISED and rows[key]["earlier"] in results.VERDICTS, key
+    for key, row in rows.items():
+        if key not in replaced and row["verdict"] in (*results.VERDICTS, *results.IDENTITY_VERDICTS):
+            assert row["rule_status"] == ledger.UNKNOWN, key
