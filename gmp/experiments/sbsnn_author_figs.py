@@ -336,7 +336,7 @@ CLAIMS = [
                    "reproduced if the rotated encoder has the higher best whole-image PSNR for every activation "
                    "and that count is beyond noise by a one-sided sign test over the activations (p < 0.05); "
                    "partly if for more than half; else not reproduced",
-              check=_earlier_rotated_check, commits="issue #27's ledger commit", replaced="2026-11-26 13:51 UTC",
+              check=_earlier_rotated_check, commits="f30e927", replaced="2026-11-26 13:51 UTC",
               why="A count beyond noise in neither direction (a sign test's p of 0.5 for 4 of 7) cannot tell the "
                   "encoders apart: it is inconclusive, not a weak reproduction.")),
 ]

@@ -363,7 +363,7 @@ CLAIMS = [
                    "reproduced if the rotated encoder ends with the higher PSNR for every activation and that "
                    "count is beyond noise by a one-sided sign test over the activations (p < 0.05; 7 of 7 gives "
                    "1/128); partly if for more than half; else not reproduced",
-              check=_earlier_fig6_check, commits="issue #27's ledger commit", replaced="2026-11-26 13:51 UTC",
+              check=_earlier_fig6_check, commits="f30e927", replaced="2026-11-26 13:51 UTC",
               why="A count beyond noise in neither direction cannot tell the encoders apart: it is inconclusive, "
                   "not a weak reproduction.")),
     Claim(key="sbsnn-fig7-100", paper="sbsnn", source="superseded",
