@@ -271,6 +271,27 @@ def _gmp_best_rmse(payload: Mapping[str, Any]) -> tuple[str, str]:
     return text, NOT_REPRODUCED
 
 
+def _earlier_gmp_moves_less(payload: Mapping[str, Any]) -> tuple[str, str]:
+    """The rule of ``chen-levy-stable`` in force when its paper-scale run was made (replaced by dca65ed, which
+    made a GmP run that diverged fail the claim however far it had moved), as it was."""
+    runs = payload["runs"]
+    seeds = list(runs["GmP"])
+    gmp_max = [runs["GmP"][s]["max_move"] for s in seeds]
+    others = {m: [runs[m][s]["max_move"] for s in seeds] for m in payload["methods"] if m != "GmP"}
+    factor = CONFIG["paper"]["far_factor"]
+    if any(v is None for v in gmp_max):
+        return "GmP diverged or recorded no move", NOT_REPRODUCED
+    worst_gmp = max(gmp_max)
+    least_other = {m: min(math.inf if v is None else v for v in vals) for m, vals in others.items()}
+    text = (f"largest GmP move {worst_gmp:.3g} over {len(seeds)} seed(s); smallest largest move of the others: "
+            + ", ".join(f"{m} {v:.3g}" for m, v in least_other.items()))
+    if worst_gmp < PAPER["gmp_max_move_below"] and all(v >= factor for v in least_other.values()):
+        return text, REPRODUCED
+    if all(worst_gmp < v for v in least_other.values()):
+        return text, PARTLY
+    return text, NOT_REPRODUCED
+
+
 def adam_step_bound(beta1: float = 0.9, beta2: float = 0.999) -> float:
     """The largest ``|m_t| / sqrt(v_t)`` of Adam's moment averages over any gradients, in units of the learning
     rate: by Cauchy-Schwarz, (1 - beta1) / sqrt((1 - beta2) (1 - beta1^2 / beta2)) (bias corrections
@@ -310,6 +331,13 @@ CLAIMS = [
                "method's in every seed; else not reproduced (a diverged GmP run fails the claim; a diverged "
                "run of another method counts as an unbounded move)",
           check=_gmp_moves_less,
+          earlier=EarlierRule(
+              rule="reproduced if GmP's largest move is below 1 in every seed and each of SP, WN and BN reaches at "
+                   "least 10 in every seed; partly if GmP's largest move is below each other method's in every "
+                   "seed; else not reproduced",
+              check=_earlier_gmp_moves_less, commits="dca65ed", replaced="2026-11-25 02:42 UTC",
+              why="dca65ed, after the run, made a diverged GmP run fail the claim and counted a diverged run of "
+                  "another method as an unbounded move."),
           note="The GmP half is structural: in 1-D a characteristic point moves only through lambda, training is "
                f"full batch (one Adam step an epoch), and an Adam step moves lambda by at most {adam_step_bound():.1f} "
                f"x lr = {adam_step_bound() * CONFIG['paper']['lr']['GmP']:.2f} at GmP's lr, below 1 whatever the "
