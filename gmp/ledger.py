@@ -356,25 +356,6 @@ def _claim_entry_html(row: dict[str, Any]) -> str:
             f'</div></details>')
 
 
-LEDGER_CSS = """
-.verdict-inconclusive { color: #5b4b8a; }
-.gmp-bar-segment.verdict-inconclusive { background: #9c8cc9; }
-.gmp-bar-segment.gmp-provisional { opacity: 0.5; }
-.gmp-provisional, .gmp-rule-status, .gmp-rule-earlier, .gmp-claim-note { font-weight: normal; color: #5f6368; }
-.gmp-ledger-group-title { margin: 2em 0 0.2em; font-size: 1.15em; }
-#gmp-ledger-verdict-inconclusive:checked ~ .gmp-ledger-filters label[for="gmp-ledger-verdict-inconclusive"] {
-  background: #444; border-color: #444; color: #fff;
-}
-#gmp-ledger-verdict-inconclusive:checked ~ .gmp-ledger-kind .gmp-claim:not([data-verdict="inconclusive"]) {
-  display: none;
-}
-"""
-"""The style of what ``book/_static/gmp.css`` does not style yet, put in the page by :func:`ledger`.
-
-The inconclusive verdict (its colour, its bar segment, its filter), provisional verdicts, the rule's
-status and the ledgers' titles."""
-
-
 def _filters_html(rows: list[dict[str, Any]]) -> tuple[str, str]:
     """The hidden radio buttons and their labels that filter the ledger by paper and by verdict
     (CSS only: the rules are in ``book/_static/gmp.css``)."""
@@ -425,7 +406,7 @@ def ledger(link_prefix: str = ""):
                              + _summary_html(mine, kind, source)
                              + f'<div class="gmp-claim-list">{head}{"".join(_claim_entry_html(r) for r in mine)}</div>'
                              + '</section>')
-    return HTML(f'<style>{LEDGER_CSS}</style><div class="gmp-ledger">{inputs}{filters}{"".join(parts)}</div>')
+    return HTML(f'<div class="gmp-ledger">{inputs}{filters}{"".join(parts)}</div>')
 
 
 def verdict_box(chapter: str, ledger_href: str = "../claims.html"):

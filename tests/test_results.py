@@ -553,7 +553,7 @@ def test_the_ledger_sums_up_each_paper_then_gives_one_line_per_claim_that_opens_
     assert "Lu: small gap" in kinds["finding"]["claims"][2][2].split("</summary>")[0]
     assert 'id="claim-fake-long"' in page
     # a filter button for each paper and each verdict found, and CSS that filters by each of them
-    css = (ROOT / "book" / "_static" / "gmp.css").read_text() + ledger.LEDGER_CSS
+    css = (ROOT / "book" / "_static" / "gmp.css").read_text()
     for group, values in (("paper", ["chen", "lu", *results.PAPERS]),
                           ("verdict", [ledger._slug(v) for v in (*results.VERDICTS, *results.IDENTITY_VERDICTS,
                                                                  NOT_RUN, STALE, results.CORRUPT)])):
