@@ -46,7 +46,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["main", "chapter_code", "next_group", "train_group", "merge"]
+__all__ = ["main", "chapter_code", "next_group", "load_group", "train_group", "merge"]
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -138,25 +138,34 @@ def run_chapter(notebook: Path, scale: str, device: str, timeout: float) -> dict
 
 
 def smoke(out: Path, device: str, budget: float, workers: int, chapters: Sequence[str] | None = None) -> dict[str, Any]:
-    """Every chapter (or those named) at smoke scale on ``device`` within ``budget`` seconds, then
-    the ``cuda`` tests."""
+    """Every chapter (or those named) at smoke scale on ``device``, then the ``cuda`` tests, all
+    within ``budget`` seconds: a chapter is stopped at the budget's end, and one that could not
+    start before it is recorded as not run."""
     notebooks = sorted(nb for nb in ROOT.glob("book/part*/*.ipynb") if not chapters or nb.stem in chapters)
     if chapters and len(notebooks) != len(set(chapters)):
         raise ValueError(f"unknown chapter among {', '.join(chapters)}: expected names of book/part*/*.ipynb")
     deadline = time.monotonic() + budget
+    tests_share = 20.0  # seconds kept for the cuda tests
+
+    def one(notebook: Path) -> dict[str, Any]:
+        left = deadline - tests_share - time.monotonic()
+        if left < 5:
+            return {"chapter": notebook.stem, "ok": False, "seconds": 0.0, "output_tail": "not run: no time left"}
+        return run_chapter(notebook, "smoke", device, left)
+
     results = []
     with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
-        futures = [pool.submit(run_chapter, nb, "smoke", device, budget * 0.75) for nb in notebooks]
-        for future in concurrent.futures.as_completed(futures):
+        for future in concurrent.futures.as_completed([pool.submit(one, nb) for nb in notebooks]):
             result = future.result()
             results.append(result)
             _append(out / "smoke.jsonl", result)
             print(f"  smoke {result['chapter']}: {'ok' if result['ok'] else 'FAILED'} ({result['seconds']} s)", flush=True)
-    left = max(deadline - time.monotonic(), 20)
+    left = max(deadline - time.monotonic(), 10)
     start = time.perf_counter()
-    try:
+    try:  # only the file of cuda tests: collecting the others needs packages the GPU machine lacks (papermill, ...)
         tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider",
-                                str(ROOT / "tests")], cwd=ROOT, capture_output=True, text=True, timeout=left)
+                                str(ROOT / "tests" / "test_cuda.py")], cwd=ROOT, capture_output=True, text=True,
+                               timeout=left)
         test_result = {"tests": "cuda", "rc": tests.returncode, "output_tail": (tests.stdout + tests.stderr)[-3000:]}
     except subprocess.TimeoutExpired:
         test_result = {"tests": "cuda", "rc": None, "output_tail": f"stopped after {left:.0f} s"}
@@ -237,113 +246,150 @@ def _probe(labels: list[str], networks: list[Any], cfg: Any, device: str, x: tor
     raise RuntimeError(f"every mode failed ({', '.join(modes)}): " + " | ".join(notes[-len(modes):]))
 
 
-def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, networks: int | None) -> dict[str, Any]:
-    """Train the next group (:func:`next_group`) of the ``lu_real`` run until ``deadline`` (monotonic s)."""
+def load_group(cfg: Any, seed: int = 0) -> tuple[str, list[str], Any]:
+    """``(dataset, labels, (train, test))`` of the next group (:func:`next_group`) of ``cfg``'s run,
+    its data loaded (so that missing data stops the command before anything else runs)."""
     from gmp import results
     from gmp.experiments import lu_real
 
     journal = results.journal_path("lu_real", cfg.scale, cfg.digest)
-    units = results.journal_units(journal) if journal is not None else {}
-    dataset, labels = next_group(cfg, units, seed)
+    dataset, labels = next_group(cfg, results.journal_units(journal) if journal is not None else {}, seed)
+    if not labels:
+        return dataset, labels, None
+    return dataset, labels, (lu_real.load_split(dataset, True, cfg["max_train"]), lu_real.load_split(dataset, False))
+
+
+def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, networks: int | None,
+                group: tuple[str, list[str], Any] | None = None) -> dict[str, Any]:
+    """Train the next group (:func:`load_group`, or ``group``) of the ``lu_real`` run until
+    ``deadline`` (monotonic s): as many of its networks as finish all their epochs by then, at
+    the step time measured for one network, for all of them and for the number chosen."""
+    from gmp import results
+    from gmp.experiments import lu_real
+
+    dataset, labels, data = group if group is not None else load_group(cfg, seed)
     summary: dict[str, Any] = {"scale": cfg.scale, "config_digest": cfg.digest, "dataset": dataset,
-                               "pending": labels, "notes": []}
+                               "pending": labels, "notes": [], "probe_ms_per_step": {}}
     if not labels:
         summary["status"] = "every network of the run is journalled"
         return summary
-    train = lu_real.load_split(dataset, True, cfg["max_train"])
-    test = lu_real.load_split(dataset, False)
+    train, test = data
     epochs = int(cfg["epochs"][dataset])
     steps = math.ceil(train[0].shape[0] / int(cfg["batch_size"]))
     x, y = train[0].to(device), train[1].to(device)
     width = train[0].shape[1]
+    modes = list(MODES if device.startswith("cuda") else ("eager",))
+    built: dict[str, Any] = {}
 
     def minutes(step_seconds: float) -> float:
         return epochs * steps * step_seconds * 1.3 / 60  # 30% for each epoch's evaluation and drift, and slack
 
-    built = {label: lu_real.build(label.removesuffix("-BN"), label.endswith("-BN"), width, cfg, seed)
-             for label in labels}
-    modes = MODES if device.startswith("cuda") else ("eager",)
-    mode, step = _probe(labels, list(built.values()), cfg, device, x, y, summary["notes"], modes)
-    modes = modes[modes.index(mode):]
-    summary["probe_ms_per_step"] = {len(labels): 1e3 * step}
-    count = len(labels) if networks is None else min(networks, len(labels))
-    left = (deadline - time.monotonic()) / 60
-    if networks is None and minutes(step) > left:
-        count = max(1, int(len(labels) * left / minutes(step)))
-        mode, small = _probe(labels[:count], [built[k] for k in labels[:count]], cfg, device, x, y, summary["notes"],
-                             modes)
-        summary["probe_ms_per_step"][count] = 1e3 * small
-        probed, total = count, len(labels)
+    def left() -> float:
+        return (deadline - time.monotonic()) / 60
 
-        def estimate(k: int) -> float:  # seconds per step of k networks: between the two measured sizes, linear
-            if k <= probed:
-                return small * k / probed
-            return small + (step - small) * (k - probed) / (total - probed)
+    def measure(count: int) -> float:
+        """Seconds per step of the first ``count`` networks, in the fastest mode that works."""
+        for label in labels[:count]:
+            if label not in built:
+                built[label] = lu_real.build(label.removesuffix("-BN"), label.endswith("-BN"), width, cfg, seed)
+        mode, seconds = _probe(labels[:count], [built[k] for k in labels[:count]], cfg, device, x, y,
+                               summary["notes"], modes)
+        del modes[:modes.index(mode)]
+        summary["mode"] = mode
+        summary["probe_ms_per_step"][count] = 1e3 * seconds
+        print(f"  step of {count} network{'s' if count > 1 else ''} ({mode}): {1e3 * seconds:.2f} ms, "
+              f"{minutes(seconds):.1f} min for {epochs} epochs; {left():.1f} min left", flush=True)
+        return seconds
 
-        left = (deadline - time.monotonic()) / 60
-        fits = [k for k in range(1, total + 1) if minutes(estimate(k)) <= 0.9 * left]
-        count = max(fits) if fits else 0
-        if count and count not in summary["probe_ms_per_step"]:  # measure (and compile for) the size to be run
-            mode, chosen = _probe(labels[:count], [built[k] for k in labels[:count]], cfg, device, x, y,
-                                  summary["notes"], modes)
-            summary["probe_ms_per_step"][count] = 1e3 * chosen
-            left = (deadline - time.monotonic()) / 60
-            if minutes(chosen) > 0.9 * left:
-                count -= 1  # measured slower than interpolated: one fewer (not measured again)
-    print(f"  step of {len(labels)} networks ({mode}): {1e3 * step:.2f} ms, {minutes(step):.1f} min for {epochs} "
-          f"epochs; {left:.1f} min left: training {count}", flush=True)
-    if count == 0:
-        summary["status"] = (f"not even one network finishes its {epochs} epochs in the {left:.1f} min left at the "
-                             "measured step times (probe_ms_per_step): nothing trained")
+    if left() <= 0:
+        summary["status"] = "no time left: nothing trained"
         return summary
-    chosen = labels[:count]
-    training = lu_real.StackedTraining(chosen, width, cfg, device, seed, graph=mode.startswith("CUDA graph"),
-                                       compile="compiled" in mode, networks=[built[k] for k in chosen])
-    del built
-    summary.update(networks=chosen, epochs=epochs, steps_per_epoch=steps, mode=mode)
+    if networks is not None:
+        count = min(networks, len(labels))
+        measure(count)
+    else:
+        one = measure(1)
+        first_mode = summary["mode"]
+        every = measure(len(labels)) if len(labels) > 1 and minutes(one) <= 0.9 * left() else one
+        if summary["mode"] != first_mode:  # all of them fell back to a slower mode: one again, in that mode
+            one = measure(1)
+        if minutes(one) > 0.9 * left():
+            summary["status"] = (f"not even one network finishes its {epochs} epochs in the {left():.1f} min "
+                                 "left at the measured step time (probe_ms_per_step): nothing trained")
+            return summary
+        fits = [k for k in range(1, len(labels) + 1)
+                if minutes(one + (every - one) * (k - 1) / max(len(labels) - 1, 1)) <= 0.9 * left()]
+        count = max(fits) if fits else 1
+        if 1 < count < len(labels):  # measure (and compile for) the number chosen; fewer if it is slower
+            chosen = measure(count)
+            if minutes(chosen) > 0.9 * left():
+                count = max(1, int(count * 0.9 * left() / minutes(chosen)))
+    chosen_labels = labels[:count]
+    training = lu_real.StackedTraining(chosen_labels, width, cfg, device, seed,
+                                       graph=summary["mode"].startswith("CUDA graph"),
+                                       compile="compiled" in summary["mode"],
+                                       networks=[built[k] for k in chosen_labels])
+    built.clear()
+    summary.update(networks=chosen_labels, epochs=epochs, steps_per_epoch=steps)
+    print(f"  training {count} of {len(labels)} networks: {', '.join(chosen_labels)}", flush=True)
     unfinished_path = out / "lu_real" / f"unfinished-{cfg.scale}.jsonl"
     kept: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
+    first_done = None
     for epoch in range(1, epochs + 1):
-        per_epoch = (time.perf_counter() - started) / max(epoch - 1, 1)
-        if epoch > 1 and time.monotonic() + per_epoch * (epochs - epoch + 1) > deadline:
-            summary["notes"].append(f"stopped after epoch {epoch - 1}: at {per_epoch:.1f} s per epoch the group would "
-                                    "end past the deadline")
-            break  # the group cannot finish: end now and leave the rest of the lease unspent
+        if first_done is not None and epoch > 2:  # from the end of epoch 1: its capture and compilation are one-off
+            per_epoch = (time.perf_counter() - first_done) / (epoch - 2)
+            if time.monotonic() + per_epoch * (epochs - epoch + 1) > deadline:
+                summary["notes"].append(f"stopped after epoch {epoch - 1}: at {per_epoch:.1f} s per epoch the group "
+                                        "would end past the deadline")
+                break  # the group cannot finish: end now and leave the rest of the lease unspent
         metrics = training.run_epoch(train, test, final=epoch == epochs)
-        for label, m in zip(chosen, metrics):
+        if epoch == 1:
+            first_done = time.perf_counter()
+        for label, m in zip(chosen_labels, metrics):
             key = lu_real.epoch_key(dataset, label, seed, epoch)
             kept[key] = m
             _append(unfinished_path, {"key": key, "value": m, "note": "not journalled until the group finishes"})
-        seconds = time.perf_counter() - started
-        print(f"  epoch {epoch}/{epochs}: {seconds / 60:.1f} min, test accuracy "
-              + ", ".join(f"{label} {m.get('test_acc')}" for label, m in zip(chosen, metrics)), flush=True)
+        print(f"  epoch {epoch}/{epochs}: {(time.perf_counter() - started) / 60:.1f} min, test accuracy "
+              + ", ".join(f"{label} {m.get('test_acc')}" for label, m in zip(chosen_labels, metrics)), flush=True)
         if all(m["diverged"] for m in metrics):
             break
-    finished = training.epoch == epochs or all(
-        any(kept.get(lu_real.epoch_key(dataset, label, seed, e), {}).get("diverged") for e in range(1, epochs + 1))
-        for label in chosen)
+    finished = training.epoch == epochs or all(any(kept.get(lu_real.epoch_key(dataset, label, seed, e), {}).get(
+        "diverged") for e in range(1, epochs + 1)) for label in chosen_labels)
     elapsed = time.perf_counter() - started
     summary.update(mode=training.mode, epochs_done=training.epoch, minutes=elapsed / 60, finished=finished,
                    ms_per_step=1e3 * elapsed / max(training.step, 1) if training.epoch else None)
     if finished:
         os.environ[results.STAGING_ENV] = str(out / "lu_real" / f".staging-{cfg.scale}")
         store = results.Store("lu_real", cfg)
-        for key, value in kept.items():
-            store.memo(key, lambda value=value: value)
+        by_network = sorted(kept, key=lambda key: (chosen_labels.index(key.split("/")[1]), int(key.rsplit("epoch", 1)[1])))
+        store.record({key: (kept[key], kept[key].get("seconds", 0.0)) for key in by_network})
         unfinished_path.unlink(missing_ok=True)
-        summary["journal"] = str(store._journal_path.relative_to(out))
-        summary["status"] = f"{len(chosen)} networks journalled whole"
+        summary["journal"] = f"lu_real/_partial/{cfg.scale}-{cfg.digest}.jsonl"
+        summary["status"] = f"{len(chosen_labels)} networks journalled whole"
     else:
         summary["status"] = (f"stopped by the deadline at epoch {training.epoch} of {epochs}: nothing journalled; "
                              f"the epochs done are in {unfinished_path.relative_to(out)}")
     return summary
 
 
+def _whole(entries: Sequence[Mapping[str, Any]], epochs: int) -> bool:
+    """Whether a network's journal entries (epochs 1, 2, ... in order) are a whole run: all
+    ``epochs`` epochs, or every epoch up to one that diverged and only after-divergence ones after it."""
+    values = [e["value"] for e in entries]
+    if [v.get("epoch") for v in values] != list(range(1, len(values) + 1)):
+        return False
+    diverged = next((i for i, v in enumerate(values) if v.get("diverged")), None)
+    return len(values) == epochs and (diverged is None or all(v.get("after_divergence") for v in values[diverged + 1:]))
+
+
 def merge(out: Path, results_root: Path | None = None) -> list[str]:
-    """Add the journal entries under ``out/lu_real/_partial/`` to the journal of the same name in
-    ``results_root`` (default: the repository's ``book/_results``) under ``lu_real/_partial/``;
-    keys already there are kept. Returns the keys added."""
+    """Add the networks journalled under ``out/lu_real/_partial/`` to the journal of the same name
+    in ``results_root`` (default: the repository's ``book/_results``) under ``lu_real/_partial/``.
+
+    Only whole networks are added (:func:`_whole`); a network that already has an entry there is
+    left out whole, so that two runs are never spliced into one trajectory. Refuses a journal of
+    another config. Returns the keys added."""
     from gmp import config, results
 
     root = results_root if results_root is not None else results.results_root()
@@ -352,17 +398,34 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
     added = []
     for path in sorted((out / "lu_real" / "_partial").glob("*.jsonl")):
         scale, digest = path.stem.split("-", 1)
-        current = config.load("lu_real", scale).digest
-        if digest != current:
-            raise ValueError(f"{path} was written for config {digest}, but lu_real's {scale} config is now {current}: "
-                             "its networks were trained under other settings and cannot join this run")
+        cfg = config.load("lu_real", scale)
+        if digest != cfg.digest:
+            raise ValueError(f"{path} was written for config {digest}, but lu_real's {scale} config is now "
+                             f"{cfg.digest}: its networks were trained under other settings and cannot join this run")
         target = root / "lu_real" / "_partial" / path.name
-        have = results.journal_units(target)
-        lines = [e for e in results.journal_entries(path) if e["key"] not in have]
+        present = {key.rsplit("/", 1)[0] for key in results.journal_units(target)}
+        networks: dict[str, list[dict[str, Any]]] = {}
+        for entry in results.journal_entries(path):
+            networks.setdefault(entry["key"].rsplit("/", 1)[0], []).append(entry)
+        lines = []
+        for network, entries in networks.items():
+            epochs = int(cfg["epochs"][network.split("/")[0]])
+            if network in present:
+                print(f"  {network}: already in {target.name}, left out", flush=True)
+            elif not _whole(entries, epochs):
+                print(f"  {network}: not a whole run ({len(entries)} entries), left out", flush=True)
+            else:
+                lines += entries
+        if not lines:
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "a") as handle:
-            for entry in lines:
-                handle.write(json.dumps(entry) + "\n")
+        with open(target, "a+b") as handle:
+            text = "\n".join(json.dumps(entry) for entry in lines)
+            if handle.seek(0, os.SEEK_END):
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    text = "\n" + text  # end a line an interrupted write cut short
+            handle.write((text + "\n").encode())
         added += [e["key"] for e in lines]
     return added
 
@@ -388,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     begin = time.monotonic()
-    deadline = begin + args.seconds - 45  # room to write the journal (an fsync per network-epoch) and summary
+    deadline = begin + args.seconds - 30  # room to write the journal (one write) and the summary
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -401,6 +464,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _write_json(out / "summary.json", summary)
         print(summary["error"], flush=True)
         return 2
+    group = None
+    try:  # the run's next group and its data first: missing data stops the command before the smoke run
+        from gmp import config
+
+        cfg = config.load("lu_real", args.scale)
+        group = load_group(cfg, args.seed)
+    except Exception:
+        summary["lu_real"] = {"error": traceback.format_exc()[-3000:]}
     if not args.skip_smoke:
         try:
             summary["smoke"] = smoke(out, args.device, args.smoke_seconds, workers=min(8, os.cpu_count() or 1),
@@ -408,13 +479,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception:
             summary["smoke"] = {"error": traceback.format_exc()[-2000:]}
         _write_json(out / "summary.json", summary)
-    try:
-        from gmp import config
-
-        cfg = config.load("lu_real", args.scale)
-        summary["lu_real"] = train_group(out, cfg, args.device, deadline, args.seed, args.networks)
-    except Exception:
-        summary["lu_real"] = {"error": traceback.format_exc()[-3000:]}
+    if group is not None:
+        try:
+            summary["lu_real"] = train_group(out, cfg, args.device, deadline, args.seed, args.networks, group)
+        except Exception:
+            summary["lu_real"] = {"error": traceback.format_exc()[-3000:]}
     summary["seconds"] = round(time.monotonic() - begin, 1)
     _write_json(out / "summary.json", summary)
     print(json.dumps({k: v for k, v in summary.items() if k != "environment"}, indent=1, default=str), flush=True)

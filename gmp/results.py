@@ -410,26 +410,42 @@ class Store:
     def _compute_and_journal(self, key: str, compute: Callable[[], Any]) -> Any:
         started = time.perf_counter()
         value = compute()
+        self._append({key: (value, time.perf_counter() - started)})
+        self.scratch(key).unlink(missing_ok=True)
+        return self._journal[key]
+
+    def record(self, units: Mapping[str, tuple[Any, float]]) -> None:
+        """Journal units computed elsewhere, ``key -> (value, seconds)``, in one write and one
+        fsync, in the order given and in the format of :meth:`memo` (which computes one at a
+        time and journals each). Needs ``gmp.runs``'s staging folder, as the journal does."""
+        if self._journal_path is None:
+            raise RuntimeError("Store.record journals units only under gmp.runs (or with its staging folder set)")
+        if units:
+            self._append(units)
+
+    def _append(self, units: Mapping[str, tuple[Any, float]]) -> None:
         code = code_fingerprint()
-        entry = {"key": key, "value": value, "seconds": round(time.perf_counter() - started, 3), "code": code["digest"],
-                 "threads": _threads()}
-        if edited := code_edited():
-            entry["edited"] = edited
-        if code["digest"] not in self._codes_in_journal:
-            entry["modules"], entry["hash"] = code["modules"], code["hash"]
-            self._codes_in_journal.add(code["digest"])
-        line = json.dumps(entry)
-        self._journal[key] = json.loads(line)["value"]
+        lines = []
+        for key, (value, seconds) in units.items():
+            entry = {"key": key, "value": value, "seconds": round(seconds, 3), "code": code["digest"],
+                     "threads": _threads()}
+            if edited := code_edited():
+                entry["edited"] = edited
+            if code["digest"] not in self._codes_in_journal:
+                entry["modules"], entry["hash"] = code["modules"], code["hash"]
+                self._codes_in_journal.add(code["digest"])
+            lines.append(json.dumps(entry))
+            self._journal[key] = json.loads(lines[-1])["value"]
+        text = "\n".join(lines)
+        self._journal_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self._journal_path, "a+b") as handle:
             if handle.seek(0, os.SEEK_END):
                 handle.seek(-1, os.SEEK_END)
                 if handle.read(1) != b"\n":
-                    line = "\n" + line  # end a line an interrupted write cut short, so it stays skipped alone
-            handle.write((line + "\n").encode())
+                    text = "\n" + text  # end a line an interrupted write cut short, so it stays skipped alone
+            handle.write((text + "\n").encode())
             handle.flush()
             os.fsync(handle.fileno())
-        self.scratch(key).unlink(missing_ok=True)
-        return self._journal[key]
 
     def cached(self, name: str, scale: str = "paper") -> Cached:
         return cached(self.chapter, name, scale)

@@ -217,11 +217,57 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     entries = results.journal_entries(journal)
     assert [e["key"] for e in entries] == [lu_real.epoch_key("digits", label, 0, 1) for label in run["networks"]]
     assert all(e["value"]["device"] == "cpu" and e["value"]["stacked"] == 4 for e in entries)
+    assert set(run["probe_ms_per_step"]) == {"1", "4"}  # one network first, then all four (JSON keys)
     added = gpu.merge(out, tmp_path / "repo")
     assert len(added) == 4 and gpu.merge(out, tmp_path / "repo") == []
     (out / "lu_real" / "_partial" / "smoke-0000000000000000.jsonl").write_text(journal.read_text())
     with pytest.raises(ValueError, match="written for config 0000000000000000"):
         gpu.merge(out, tmp_path / "repo")
+
+
+def _entries(label, epochs, diverged_at=None):
+    out = []
+    for e in range(1, epochs + 1):
+        value = {"epoch": e, "diverged": diverged_at is not None and e >= diverged_at}
+        if diverged_at is not None and e > diverged_at:
+            value["after_divergence"] = True
+        out.append({"key": lu_real.epoch_key("digits", label, 0, e), "value": value, "seconds": 1.0})
+    return out
+
+
+def test_merge_adds_whole_networks_only_and_never_splices_two_runs(tmp_path, monkeypatch):
+    """A network cut short (a write interrupted), or one the repository's journal already holds
+    an epoch of (another machine's run), is left out whole."""
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    cfg = gmp.load_config("lu_real", "smoke")  # one epoch per network
+    source = tmp_path / "out" / "lu_real" / "_partial" / f"smoke-{cfg.digest}.jsonl"
+    source.parent.mkdir(parents=True)
+    lines = _entries("ReLU", 1) + _entries("GELU", 1) + _entries("GELU-GPN", 1)
+    lines[2]["value"]["epoch"] = 2  # not epoch 1: not a whole run
+    source.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    target = tmp_path / "repo" / "lu_real" / "_partial" / source.name
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(_entries("GELU", 1)[0] | {"seconds": 2.0}) + "\n")
+    assert gpu.merge(tmp_path / "out", tmp_path / "repo") == [lu_real.epoch_key("digits", "ReLU", 0, 1)]
+    assert [e["seconds"] for e in results.journal_entries(target)] == [2.0, 1.0]
+    assert gpu._whole(_entries("ReLU", 3, diverged_at=2), 3) and not gpu._whole(_entries("ReLU", 2), 3)
+
+
+def test_store_record_journals_many_units_in_one_write_as_memo_journals_one(tmp_path, monkeypatch):
+    from gmp import results
+
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "lu_real" / ".staging"))
+    cfg = gmp.load_config("lu_real", "smoke")
+    store = results.Store("lu_real", cfg)
+    store.memo("a", lambda: {"x": 1})
+    store.record({"b": ({"x": 2}, 3.0), "c": ({"x": 3}, 4.0)})
+    entries = results.journal_entries(tmp_path / "lu_real" / "_partial" / f"smoke-{cfg.digest}.jsonl")
+    assert [(e["key"], e["value"]) for e in entries] == [("a", {"x": 1}), ("b", {"x": 2}), ("c", {"x": 3})]
+    assert [e["seconds"] for e in entries[1:]] == [3.0, 4.0]
+    assert {k for e in entries for k in e} - {"modules", "hash", "edited"} == set(entries[1])
+    assert store.journalled("c") == {"x": 3}
 
 
 def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step():
@@ -230,17 +276,17 @@ def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step()
     cfg = _cfg(width=16, depth=6)
     g = torch.Generator().manual_seed(2)
     batches = [(torch.randn(16, 5, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(3)]
-    labels = ["Tanh-GPN", "ReLU", "SELU-BN", "GELU-GPN-BN"]
-    runs = []
-    for fused, compile in ((False, False), (True, False), (True, True)):
-        training = lu_real.StackedTraining(labels, 5, cfg, compile=compile)
-        training.fused = fused
-        training._ratio = torch.zeros(3, len(labels), dtype=torch.float64)
-        training._max_grad = torch.zeros_like(training._ratio)
-        runs.append(torch.stack([training._train_step(xb, yb)[0] for xb, yb in batches]))
-        assert training.mode == "eager" + (", compiled activations" if compile else "")
-    torch.testing.assert_close(runs[1], runs[0], rtol=1e-6, atol=0)
-    torch.testing.assert_close(runs[2], runs[0], rtol=1e-5, atol=0)
+    for labels in (["Tanh-GPN", "ReLU", "SELU-BN", "GELU-GPN-BN"], ["Tanh-GPN", "ReLU", "ELU", "GELU-GPN"]):
+        runs = []  # with BN the product and the activation are compiled apart, without it a whole layer at once
+        for fused, compile in ((False, False), (True, False), (True, True)):
+            training = lu_real.StackedTraining(labels, 5, cfg, compile=compile)
+            training.fused = fused
+            training._ratio = torch.zeros(3, len(labels), dtype=torch.float64)
+            training._max_grad = torch.zeros_like(training._ratio)
+            runs.append(torch.stack([training._train_step(xb, yb)[0] for xb, yb in batches]))
+            assert training.mode == "eager" + (", compiled activations" if compile else "")
+        torch.testing.assert_close(runs[1], runs[0], rtol=1e-6, atol=0)
+        torch.testing.assert_close(runs[2], runs[0], rtol=1e-5, atol=0)
 
 
 def test_the_stacked_benchmark_times_one_network_and_each_stack_in_one_run():

@@ -420,7 +420,7 @@ class StackedTraining:
         grads = torch.autograd.grad(loss.sum(), self.params)
         norms = torch.stack(torch._foreach_norm([grads[j][i] for j in self._v_index for i in range(size)])).view(
             self.model.depth, size)
-        self._ratio.index_copy_(0, self._slot_t, (norms.amax(0) / norms.amin(0)).unsqueeze(0).to(self._ratio.dtype))
+        self._ratio.index_copy_(0, self._slot_t, (norms.amax(0).double() / norms.amin(0).double()).unsqueeze(0))
         self._max_grad.index_copy_(0, self._slot_t, norms.amax(0).unsqueeze(0).to(self._ratio.dtype))
         self._sgd(list(grads))
         with torch.no_grad():
@@ -778,7 +778,7 @@ def progress(units: Mapping[str, Any], seed: int = 0) -> str:
     if not units:
         return "its journal holds no finished epoch yet."
     payload = assemble(cfg, units, seed)
-    hours = sum(v["seconds"] for v in units.values()) / 3600
+    hours = sum(v.get("seconds", 0.0) for v in units.values()) / 3600  # an epoch after divergence has none
     parts = []
     for dataset, reached in payload["epochs_reached"].items():
         runs = payload["runs"].get(dataset, {})

@@ -72,6 +72,18 @@ def _stacked_phi(h: torch.Tensor, kind: torch.Tensor, a: torch.Tensor, b: torch.
     return a * y + b if gpn else y
 
 
+def _stacked_linear(x: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """``x W^T`` per network with the row-normalised ``W`` of Eq. (55), in plain torch operations
+    (what ``torch.compile`` fuses; :func:`gmp.models.deep.row_normalized_linear` eagerly)."""
+    return (x @ V.transpose(-1, -2)) * torch.rsqrt((V * V).sum(-1)).unsqueeze(-2)
+
+
+def _stacked_layer(x: torch.Tensor, V: torch.Tensor, kind: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                   kinds: tuple[int, ...], gpn: bool) -> torch.Tensor:
+    """One square layer and its activation, per network: ``phi(x W^T)`` (for ``torch.compile``)."""
+    return _stacked_phi(_stacked_linear(x, V), kind, a, b, kinds, gpn)
+
+
 class StackedDeepMLP(nn.Module):
     """``N`` networks of :func:`gmp.deep_mlp` of one shape, trained as one (see the module).
 
@@ -131,13 +143,23 @@ class StackedDeepMLP(nn.Module):
     def phi(self, h: torch.Tensor) -> torch.Tensor:
         """Each network's activation on its slice of ``h`` ``(N, ...)``: ``a phi(h) + b``; one
         fused kernel each way when :meth:`compile_activation` has been called."""
-        return (self._compiled or _stacked_phi)(h, self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
+        return (self._compiled or {}).get("phi", _stacked_phi)(h, self.kind, self.a, self.b, tuple(self.kinds),
+                                                                self.gpn)
 
     def compile_activation(self) -> None:
-        """Fuse the activation (every kind present, chosen per network, and ``a phi + b``) into one
-        kernel forward and one backward with ``torch.compile``: the eager form costs a few
-        kernels per kind present and layer. Compilation happens at the first call."""
-        self._compiled = torch.compile(_stacked_phi, dynamic=False, fullgraph=True)
+        """Fuse the element-wise work of each layer with ``torch.compile``: the row scaling of
+        Eq. (55) and the activation (every kind present, chosen per network, and ``a phi + b``)
+        around the layer's matrix products, forward and backward, where the eager form launches
+        a few kernels per operation and kind. Without BN a whole layer is one compiled function;
+        with BN, the product and the activation are compiled on either side of it. Compilation
+        happens at the first call; a second shape (the last, shorter batch, an evaluation chunk,
+        another stack size) recompiles once with that size dynamic. The recompilation limit is
+        raised for the shapes and kinds of a run."""
+        import torch._dynamo
+
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        self._compiled = {name: torch.compile(fn, fullgraph=True) for name, fn in
+                          (("phi", _stacked_phi), ("linear", _stacked_linear), ("layer", _stacked_layer))}
 
     def _batchnorm(self, h: torch.Tensor, l: int) -> torch.Tensor:
         """``nn.BatchNorm1d`` of each network on its own batch (running statistics in eval mode):
@@ -147,7 +169,7 @@ class StackedDeepMLP(nn.Module):
         out = nn.functional.batch_norm(flat, self.running_mean[l].view(-1), self.running_var[l].view(-1),
                                        self.bn_weight[l].view(-1), self.bn_bias[l].view(-1), self.training,
                                        self.momentum, self.eps)
-        out = out.view(batch, size, width).transpose(0, 1)
+        out = out.view(batch, size, width).transpose(0, 1).contiguous()  # one layout for what follows
         return out if self.all_bn else torch.where(self.bn_mask, out, h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -157,8 +179,12 @@ class StackedDeepMLP(nn.Module):
         if self.first_bias is not None:
             h = h + self.first_bias.unsqueeze(1)
         x = self.phi(h) if self.first_activation else h
+        compiled = self._compiled or {}
         for l in range(self.depth):
-            h = row_normalized_linear(x, self.V[l])
+            if "layer" in compiled and not self.any_bn:
+                x = compiled["layer"](x, self.V[l], self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
+                continue
+            h = compiled["linear"](x, self.V[l]) if compiled else row_normalized_linear(x, self.V[l])
             if self.any_bn:
                 h = self._batchnorm(h, l)
             x = self.phi(h)
