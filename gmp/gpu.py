@@ -360,10 +360,16 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
     summary.update(mode=training.mode, epochs_done=training.epoch, minutes=elapsed / 60, finished=finished,
                    ms_per_step=1e3 * elapsed / max(training.step, 1) if training.epoch else None)
     if finished:
-        os.environ[results.STAGING_ENV] = str(out / "lu_real" / f".staging-{cfg.scale}")
-        store = results.Store("lu_real", cfg)
         by_network = sorted(kept, key=lambda key: (chosen_labels.index(key.split("/")[1]), int(key.rsplit("epoch", 1)[1])))
-        store.record({key: (kept[key], kept[key].get("seconds", 0.0)) for key in by_network})
+        previous = os.environ.get(results.STAGING_ENV)
+        os.environ[results.STAGING_ENV] = str(out / "lu_real" / f".staging-{cfg.scale}")  # the journal goes under OUT
+        try:
+            results.Store("lu_real", cfg).record({key: (kept[key], kept[key].get("seconds", 0.0)) for key in by_network})
+        finally:
+            if previous is None:
+                os.environ.pop(results.STAGING_ENV, None)
+            else:
+                os.environ[results.STAGING_ENV] = previous
         unfinished_path.unlink(missing_ok=True)
         summary["journal"] = f"lu_real/_partial/{cfg.scale}-{cfg.digest}.jsonl"
         summary["status"] = f"{len(chosen_labels)} networks journalled whole"
@@ -387,7 +393,7 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
     """Add the networks journalled under ``out/lu_real/_partial/`` to the journal of the same name
     in ``results_root`` (default: the repository's ``book/_results``) under ``lu_real/_partial/``.
 
-    Only whole networks are added (:func:`_whole`); a network that already has an entry there is
+    Only whole networks are added (``_whole``); a network that already has an entry there is
     left out whole, so that two runs are never spliced into one trajectory. Refuses a journal of
     another config. Returns the keys added."""
     from gmp import config, results

@@ -521,7 +521,7 @@ class CorruptCache(Exception):
 def replace_folder(staging: Path, final: Path) -> None:
     """Put the finished cache folder ``staging`` in place of ``final`` (as ``gmp.runs`` does when a run
     succeeds): ``final`` is renamed aside to ``.old-<name>-<pid>``, ``staging`` renamed to it and the
-    old one removed. A reader never sees a mix of the two (:func:`_read_snapshot`)."""
+    old one removed. A reader never sees a mix of the two (``_read_snapshot``)."""
     import shutil
 
     old = final.parent / f".old-{final.name}-{os.getpid()}"
@@ -540,7 +540,7 @@ def _folder_identity(folder: Path) -> tuple[int, int] | None:
 
 
 SNAPSHOT_TRIES = 50
-"""How many times :func:`_read_snapshot` reads a cache folder that is being replaced before it gives up."""
+"""How many times ``_read_snapshot`` reads a cache folder that is being replaced before it gives up."""
 
 
 def _read_snapshot(folder: Path, name: str):
@@ -747,7 +747,7 @@ def module_digests(package: Path) -> dict[str, str]:
 
 def read_module_hashes(scheme: str, package: Path | None = None) -> dict[str, str]:
     """The hash of each source file of ``package`` (default :data:`PACKAGE`) under ``scheme``, read from
-    the files now, not once per process as :func:`_module_hashes` (see it for the schemes)."""
+    the files now, not once per process as ``_module_hashes`` (see it for the schemes)."""
     package = package or PACKAGE
     if scheme == "source":
         return module_digests(package)

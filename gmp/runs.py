@@ -111,7 +111,7 @@ def prefill(chapter: str, scale: str, jobs: int, device: str = "auto", seed: int
     others' units from the last backwards, skipping those another worker is computing, and
     at the end waits for those and takes any that are left. Each worker gets an equal share
     of the CPU cores as its ``OMP_NUM_THREADS`` unless that is set already (then every worker
-    gets that many), and its device from :func:`worker_devices` (several workers may share a GPU,
+    gets that many), and its device from ``worker_devices`` (several workers may share a GPU,
     which is said on stderr). Stopping the caller (Ctrl-C, or SIGTERM as from ``kill``) stops the
     workers; each fit checkpoints itself, so a rerun resumes. Call it with
     ``GMP_RESULTS_STAGING`` set, as :func:`run` does.
@@ -252,7 +252,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     """Execute ``chapter`` at ``scale`` and return the folder its results were cached in.
 
     ``jobs`` > 1 first journals the chapter's units with that many workers (:func:`gmp.runs.prefill`).
-    One run of a chapter at one config runs at a time (:func:`run_lock`). The provenance names the
+    One run of a chapter at one config runs at a time (``run_lock``). The provenance names the
     code and threads the notebook ran with and how the units' code differs from it (see
     :func:`gmp.results.read_run_records`); the run resumes, caches and removes from the journal only
     the units it used, so an interrupted run with another seed keeps its own.

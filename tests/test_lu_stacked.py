@@ -4,6 +4,7 @@ device and precision, and the prepared GPU command run on a CPU."""
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -205,6 +206,7 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     from gmp import results
 
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
     out = tmp_path / "out"
     assert gpu.main([str(out), "--device", "cpu", "--scale", "smoke", "--seconds", "300", "--smoke-seconds", "120",
                      "--chapters", "lu_gpn"]) == 0
@@ -218,6 +220,7 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     assert [e["key"] for e in entries] == [lu_real.epoch_key("digits", label, 0, 1) for label in run["networks"]]
     assert all(e["value"]["device"] == "cpu" and e["value"]["stacked"] == 4 for e in entries)
     assert set(run["probe_ms_per_step"]) == {"1", "4"}  # one network first, then all four (JSON keys)
+    assert results.STAGING_ENV not in os.environ  # set for the journal's write only
     added = gpu.merge(out, tmp_path / "repo")
     assert len(added) == 4 and gpu.merge(out, tmp_path / "repo") == []
     (out / "lu_real" / "_partial" / "smoke-0000000000000000.jsonl").write_text(journal.read_text())
