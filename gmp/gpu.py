@@ -34,6 +34,7 @@ import concurrent.futures
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -370,6 +371,8 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
                 os.environ.pop(results.STAGING_ENV, None)
             else:
                 os.environ[results.STAGING_ENV] = previous
+            # The Store's bookkeeping files go: at most 8 files come back from a GPU machine.
+            shutil.rmtree(out / "lu_real" / f".staging-{cfg.scale}", ignore_errors=True)
         unfinished_path.unlink(missing_ok=True)
         summary["journal"] = f"lu_real/_partial/{cfg.scale}-{cfg.digest}.jsonl"
         summary["status"] = f"{len(chosen_labels)} networks journalled whole"

@@ -221,6 +221,9 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     assert all(e["value"]["device"] == "cpu" and e["value"]["stacked"] == 4 for e in entries)
     assert set(run["probe_ms_per_step"]) == {"1", "4"}  # one network first, then all four (JSON keys)
     assert results.STAGING_ENV not in os.environ  # set for the journal's write only
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == ["gpu.json", f"lu_real/_partial/smoke-{gmp.load_config('lu_real', 'smoke').digest}.jsonl",
+                     "smoke.jsonl", "summary.json"]  # at most 8 files come back from a GPU machine
     added = gpu.merge(out, tmp_path / "repo")
     assert len(added) == 4 and gpu.merge(out, tmp_path / "repo") == []
     (out / "lu_real" / "_partial" / "smoke-0000000000000000.jsonl").write_text(journal.read_text())
