@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import hashlib
 import html
+import importlib
 import json
 import math
 import os
@@ -203,6 +204,11 @@ class Cached:
     def describe(self) -> str:
         """One sentence on where this result comes from, for a chapter or the ledger."""
         command = f"`python -m gmp.runs {self.chapter} --scale {self.scale}`"
+        if self.scale == "paper":  # a chapter whose paper scale is run otherwise names its command
+            try:
+                command = getattr(importlib.import_module(f"gmp.experiments.{self.chapter}"), "PAPER_COMMAND", command)
+            except ImportError:
+                pass
         uses = chapter_modules(self.chapter)
         if self.status == "absent" and self.journalled:
             return (f"Not finished at {self.scale} scale: an unfinished run with the current config has journalled "

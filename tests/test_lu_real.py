@@ -284,3 +284,11 @@ def test_a_run_keeps_its_networks_in_memory_from_epoch_to_epoch(tmp_path, monkey
     for key in list(todo)[0::2]:  # one worker of two
         store.memo(key, todo[key])
     assert reads == []
+
+
+def test_the_chapter_says_its_paper_scale_runs_with_the_gpu_command(tmp_path, monkeypatch):
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    assert "`python -m gmp.gpu OUT` on a GPU" in results.cached("lu_real", "runs").describe()
+    assert "`python -m gmp.runs chen_levy --scale paper`" in results.cached("chen_levy", "fits").describe()

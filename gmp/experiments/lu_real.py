@@ -100,6 +100,11 @@ PAPER = {
               "epochs": {"mnist": 50, "cifar10": 100}},
 }
 
+PAPER_COMMAND = ("`python -m gmp.gpu OUT` on a GPU and `python -m gmp.gpu merge OUT` here (the README's "
+                 "\"Running on a GPU\")")
+"""The command that runs this chapter's paper scale, which its notes name in place of ``gmp.runs``
+(that trains one network at a time, days of a GPU at depth 200)."""
+
 FIGURE_FAMILIES = {"10": ["Tanh", "ReLU", "LeakyReLU"], "11": ["ELU", "SELU", "GELU"],
                    "12": ["Tanh", "ReLU", "LeakyReLU"], "13": ["ELU", "SELU", "GELU"]}
 """Activations of each gradient-ratio figure, read from the captions of Figs. 10-13 (the
