@@ -299,19 +299,12 @@ def stacked(depth: int = 200, width: int = 500, batch: int = 64, in_features: in
             try:
                 training = lu_real.StackedTraining(labels[:n], in_features, cfg, dev, graph=graph, compile=compile,
                                                    networks=networks[:n])
-                training._ratio = torch.zeros(steps + 4, n, dtype=torch.float64, device=dev)
-                training._max_grad = torch.zeros_like(training._ratio)
-                for i in range(steps + 2):
-                    if i == 2:
-                        sync()
-                        start = time.perf_counter()
-                    training._full_step(x, y)
-                sync()
+                seconds = training.seconds_per_step(x, y, steps)
             except Exception as err:  # capture or compilation failed on this machine: say so, try the next mode
                 print_fn(f"  {n} networks, graph={graph}, compile={compile}: {type(err).__name__}: {err}"[:300])
                 continue
             rows.append({"what": f"StackedTraining ({training.mode})", "networks": n,
-                         "ms_per_network_step": 1e3 * (time.perf_counter() - start) / steps / n})
+                         "ms_per_network_step": 1e3 * seconds / n})
             del training
             break
     flops = 6 * batch * width ** 2 * depth

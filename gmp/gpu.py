@@ -222,21 +222,11 @@ def _probe(labels: list[str], networks: list[Any], cfg: Any, device: str, x: tor
         try:
             training = lu_real.StackedTraining(labels, x.shape[1], cfg, device, graph=mode.startswith("CUDA graph"),
                                                compile="compiled" in mode, networks=networks)
-            training._ratio = torch.zeros(steps + 4, len(labels), dtype=torch.float64, device=training.device)
-            training._max_grad = torch.zeros_like(training._ratio)
-            for _ in range(2):
-                training._full_step(x[:size], y[:size])
+            seconds = training.seconds_per_step(x, y, steps)
             if x.shape[0] % size:  # the shorter last batch and the evaluation's chunks: compiled here, not in the run
                 training._train_step(x[:x.shape[0] % size], y[:x.shape[0] % size])
             training._accuracy(x[:1000], y[:1000])
-            if training.device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(steps):
-                training._full_step(x[:size], y[:size])
-            if training.device.type == "cuda":
-                torch.cuda.synchronize()
-            return mode, (time.perf_counter() - start) / steps
+            return mode, seconds
         except Exception as err:
             notes.append(f"{mode} failed, trying the next mode: {type(err).__name__}: {err}"[:600])
             print(f"  {notes[-1]}", flush=True)

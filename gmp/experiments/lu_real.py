@@ -469,6 +469,23 @@ class StackedTraining:
         else:
             self._train_step(xb, yb)
 
+    def seconds_per_step(self, x: torch.Tensor, y: torch.Tensor, steps: int, warmup: int = 2) -> float:
+        """Seconds per full mini-batch step on the first batch of ``(x, y)`` (on the device), the mean
+        of ``steps`` after ``warmup`` steps (which capture the graph and compile). It trains the
+        networks on that batch, so it is for a stack made to be measured, then thrown away."""
+        size = int(self.cfg["batch_size"])
+        self._ratio = torch.zeros(warmup + steps + 2, len(self.labels), dtype=torch.float64, device=self.device)
+        self._max_grad = torch.zeros_like(self._ratio)
+        for i in range(warmup + steps):
+            if i == warmup:
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                start = time.perf_counter()
+            self._full_step(x[:size], y[:size])
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return (time.perf_counter() - start) / steps
+
     @torch.no_grad()
     def _accuracy(self, x: torch.Tensor, y: torch.Tensor, chunk: int = 1000) -> torch.Tensor:
         """Accuracy of every network on ``(x, y)`` in evaluation mode, ``(N,)``, on the device."""
