@@ -52,6 +52,14 @@ def test_levy_task():
     assert torch.allclose(noiseless.y_train, levy_function(noiseless.x_train))
 
 
+def test_levy_seed_zero_is_the_official_draw():
+    # The official notebook: np.random.seed(0), then 50 uniforms on [-10, 10); np.random.seed(0)
+    # makes 0.5488135039273248 and 0.7151893663724195 its first two uniforms on [0, 1).
+    x = levy(seed=0).x_train[:, 0]
+    assert x[0].item() == pytest.approx(-10 + 20 * 0.5488135039273248, abs=1e-12)
+    assert x[1].item() == pytest.approx(-10 + 20 * 0.7151893663724195, abs=1e-12)
+
+
 def test_levy_bad_arguments():
     with pytest.raises(ValueError, match="n_train"):
         levy(n_train=0)

@@ -1,12 +1,13 @@
 """Experiment of the chapter book/part1/chen_banana_arms.md: GmP's initialisation arms on the
 banana task of :mod:`gmp.experiments.chen_banana`.
 
-The chapter converts a Glorot-uniform weight exactly (``gmp_init="glorot"``). Two arms change
-only that: the paper text's initialisation (Sec. 3.3: uniform directions, ``lam = 0``,
-``r = 1``) and the official code's conversion, whose inverse map folds every direction into
-the half-sphere ``u_n >= 0`` (``"glorot_half"``: the same Glorot draw, so its runs pair with
-the chapter's seed by seed). Each arm runs at both learning rates and under both protocols
-of the chapter; the learning-rate arms of every method are the chapter's own.
+The chapter initialises GmP as the official code does (``gmp_init="glorot_half"``): a
+Glorot-uniform weight converted to angles by an inverse map that folds every direction into the
+half-sphere ``u_n >= 0``. Two arms change only that: the paper text's initialisation (Sec. 3.3:
+uniform directions, ``lam = 0``, ``r = 1``) and the book's exact conversion of the same Glorot
+draw (``"glorot"``: the initial network equals the Glorot one, so its runs pair with the
+chapter's seed by seed). Each arm runs at both learning rates and under both protocols of the
+chapter; the learning-rate arms of every method are the chapter's own.
 
 The chapter's runs are read from its cache at the same scale when that is current (the
 paper-scale run is not repeated), else computed here.
@@ -27,15 +28,16 @@ from gmp.experiments import chen_banana
 from gmp.results import Claim, PowerTest, Store, paired_interval
 
 INITS: dict[str, str] = {"uniform": "paper text: uniform directions, r = 1",
-                         "glorot_half": "official code: Glorot conversion folded into the half-sphere u_n >= 0"}
+                         "glorot": "the book's exact conversion of the same Glorot draw (no half-sphere fold)"}
 """GmP's initialisation arms (``gmp_init`` of the chapter's config), with what each is."""
 
 CONFIG = scaled(**{scale: {**chen_banana.CONFIG[scale], "arm_inits": list(INITS)} for scale in SCALES})
 
 
-def _main_cfg(cfg: Config, init: str = "glorot") -> Config:
+def _main_cfg(cfg: Config, init: str | None = None) -> Config:
+    """The chapter's config (GmP initialised by ``init`` when given, else as the chapter does)."""
     values = {k: v for k, v in cfg.items() if k != "arm_inits"}
-    values["gmp_init"] = init
+    values["gmp_init"] = init or cfg.gmp_init
     return Config("chen_banana", cfg.scale, values)
 
 
@@ -87,32 +89,32 @@ def with_gmp(payload: Mapping[str, Any], init: str) -> dict[str, Any]:
 
 
 def init_effect(payload: Mapping[str, Any], init: str, protocol: str, lr: float) -> tuple[float, float, float]:
-    """Mean and 95% interval of GmP's test accuracy under ``init`` minus under the exact Glorot
-    conversion, paired by seed (a diverged run counts as chance)."""
+    """Mean and 95% interval of GmP's test accuracy under ``init`` minus under the chapter's
+    (official) initialisation, paired by seed (a diverged run counts as chance)."""
     arm = chen_banana.claim_accuracies(with_gmp(payload, init), protocol, "GmP", lr)
-    exact = chen_banana.claim_accuracies(payload["reference"]["payload"], protocol, "GmP", lr)
-    return paired_interval([a - e for a, e in zip(arm, exact)])
+    official = chen_banana.claim_accuracies(payload["reference"]["payload"], protocol, "GmP", lr)
+    return paired_interval([a - o for a, o in zip(arm, official)])
 
 
 def table(payload: Mapping[str, Any]):
     """GmP's test accuracy and largest move per initialisation, protocol and rate, with the paired
-    difference from the exact Glorot conversion."""
+    difference from the chapter's (official) initialisation."""
     from IPython.display import HTML
 
     main = payload["reference"]["payload"]
     rows = []
     for protocol in main["protocols"]:
         for lr in main["lrs"]:
-            for init in ["glorot", *payload["arms"]]:
-                source = main if init == "glorot" else with_gmp(payload, init)
+            for init in [main["gmp_init"], *payload["arms"]]:
+                source = main if init == main["gmp_init"] else with_gmp(payload, init)
                 acc = chen_banana.claim_accuracies(source, protocol, "GmP", lr)
                 moves = chen_banana._values(source, protocol, "GmP", lr, "max_move")
-                diff = "—" if init == "glorot" else "{:+.3f} [{:+.3f}, {:+.3f}]".format(
+                diff = "—" if init == main["gmp_init"] else "{:+.3f} [{:+.3f}, {:+.3f}]".format(
                     *init_effect(payload, init, protocol, lr))
                 rows.append([protocol, f"{lr:g}", init, f"{np.mean(acc):.3f} ± {np.std(acc, ddof=1):.3f}"
                              if len(acc) > 1 else f"{acc[0]:.3f}", chen_banana._fmt(moves, ".3g"), diff])
     head = ["Protocol", "Learning rate", "GmP init", "Test accuracy", "Largest move",
-            "Minus exact Glorot conversion (95% interval)"]
+            "Minus the official initialisation (95% interval)"]
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return HTML('<table class="table"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
                 + f"</tr></thead><tbody>{body}</tbody></table>")
@@ -135,5 +137,5 @@ CLAIMS = [
                "rates; " + chen_banana._ACCURACY_RULE,
           check=_check(init), test=PowerTest("t", chen_banana.CONFIG["paper"]["seeds"]))
     for init, what in {"uniform": "paper text (uniform directions, r = 1)",
-                       "glorot_half": "official code's conversion with its half-sphere inverse"}.items()
+                       "glorot": "book's exact conversion of a Glorot weight (no half-sphere fold)"}.items()
 ]
