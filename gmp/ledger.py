@@ -84,15 +84,16 @@ def _rule_status(claim: Claim, provenance: Mapping[str, Any]) -> tuple[str, str,
     code = provenance.get("code") if isinstance(provenance.get("code"), dict) else {}
     rules = code.get("rules") if isinstance(code.get("rules"), dict) else None
     date = str(provenance.get("date", "?"))
-    if rules is not None and claim.key in rules:
-        if rules[claim.key] == rule_digest(claim):
-            return FIXED, "The hash of the rule recorded with the run matches today's rule.", False
+    if rules is not None and claim.key in rules and rules[claim.key] != rule_digest(claim):
         return REVISED, ("RULE REVISED after the run: the hash of the rule recorded with the run differs from "
                          "today's rule's; the verdict is today's rule's."), False
-    if claim.earlier is not None and date < claim.earlier.replaced:
+    if claim.earlier is not None:  # revised after a run of this design: shown even beside a later run
         why = f" {claim.earlier.why}" if claim.earlier.why else ""
-        return REVISED, (f"RULE REVISED after the run ({date}) by {claim.earlier.commits} "
-                         f"({claim.earlier.replaced}).{why}"), True
+        when = (f"after the run ({date})" if date < claim.earlier.replaced else
+                f"after an earlier paper-scale run of this experiment; this run ({date}) came after the revision")
+        return REVISED, f"RULE REVISED {when} by {claim.earlier.commits} ({claim.earlier.replaced}).{why}", True
+    if rules is not None and claim.key in rules:
+        return FIXED, "The hash of the rule recorded with the run matches today's rule.", False
     if rules is not None:
         return REVISED, "The run recorded no rule of this claim: the claim or its rule was written after the run.", False
     return UNKNOWN, (f"Unknown whether the rule was fixed before the run ({date}): the run recorded no rule "

@@ -225,10 +225,17 @@ class Cached:
         when = f"{p.get('date', '?')} on {p.get('device', '?')}, commit {commit}, " \
                f"gmp {p.get('gmp_version', '?')}, torch {p.get('torch_version', '?')}, " \
                f"wall time {_duration(p.get('wall_time_s'))}"
-        if p.get("resumed_units"):
-            when += (f" after resuming {p['resumed_units']} units journalled by earlier, interrupted attempts "
-                     f"({_duration(p.get('resumed_seconds'))} of computing"
+        carried = p.get("carried_units") if isinstance(p.get("carried_units"), dict) else {}
+        n_carried = sum(c.get("units", 0) for c in carried.values())
+        if p.get("resumed_units", 0) > n_carried:
+            when += (f" after resuming {p['resumed_units'] - n_carried} units journalled by earlier, interrupted "
+                     f"attempts ({_duration(p.get('resumed_seconds'))} of computing"
                      f"{_units_code_text(p.get('resumed_code', {}), uses, 'the run')})")
+        for source, c in carried.items():
+            unknown = c.get("units", 0) - c.get("code_recorded", 0)
+            when += (f"; {c.get('units')} of its units were carried over from {source}, not recomputed "
+                     f"({c.get('why')}" + (f"; {unknown} of them by code whose fingerprint that run did not record"
+                                          if unknown else "") + ")")
         threads = p.get("threads") if isinstance(p.get("threads"), dict) else {}
         if threads.get("notebook") or threads.get("workers"):
             when += ", " + " and ".join(f"{n} thread{'s' * (n != 1)} {who}" for who, n in (("in the notebook", threads.get("notebook")),
@@ -677,7 +684,59 @@ def entry_problem(entry: Any) -> str | None:
     if "seconds" in entry and not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
                                    and math.isfinite(seconds) and seconds >= 0):
         return f"its 'seconds' is {seconds!r}, not a finite number >= 0"
+    carried = entry.get("carried")
+    if "carried" in entry and not (isinstance(carried, dict) and set(carried) == {"from", "why"}
+                                   and all(isinstance(v, str) and v for v in carried.values())):
+        return "its 'carried' is not an object with the strings 'from' and 'why'"
     return None
+
+
+def carry(chapter: str, scale: str, units: Mapping[str, Any], source: str, why: str,
+          code: Mapping[str, Any] | None = None) -> Path:
+    """Journal ``units`` (key -> value) that an earlier run computed, for the next ``gmp.runs`` run of
+    ``chapter`` at ``scale`` with today's config to resume from instead of computing them again.
+
+    For a config change that leaves these units' settings as they were (a key that only other units
+    read): ``source`` names the run that computed them (chapter, config digest, commit), ``why`` says
+    why their settings are today's. Each entry is marked ``carried`` with both, and names ``code``
+    (that run's recorded :func:`code_fingerprint`, None when it recorded none), so the cache's
+    provenance counts them apart and says by which code they were computed (:func:`resumed_code`).
+    Run ``python -m gmp.runs <chapter> --verify --unit <key>`` on some to recompute them with today's code.
+    """
+    if not source or not why:
+        raise ValueError("carry needs the run the units come from (source) and why their settings are today's (why)")
+    path = journal_path(chapter, scale, _config.load(chapter, scale).digest)
+    if path is None:
+        raise RuntimeError("carry needs the book's results folder (a checkout of the repository, or GMP_RESULTS)")
+    have = set(journal_units(path))
+    lines, named = [], False
+    for key, value in units.items():
+        if key in have:
+            continue
+        entry = {"key": key, "value": value, "seconds": 0.0, "carried": {"from": source, "why": why}}
+        if code:
+            entry["code"] = code["digest"]
+            if not named:
+                entry["modules"], entry["hash"], named = code["modules"], code.get("hash", "source"), True
+        lines.append(json.dumps(entry))
+    if lines:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write("\n".join(lines) + "\n")
+    return path
+
+
+def carried_units(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many units of journal ``entries`` :func:`carry` journalled, by the run they came from: ``units``,
+    ``why`` and ``code_recorded`` (how many name the code that computed them)."""
+    out: dict[str, Any] = {}
+    for entry in {entry["key"]: entry for entry in entries}.values():
+        if "carried" in entry:
+            found = out.setdefault(entry["carried"]["from"], {"units": 0, "why": entry["carried"]["why"],
+                                                               "code_recorded": 0})
+            found["units"] += 1
+            found["code_recorded"] += isinstance(entry.get("code"), str)
+    return out
 
 
 def journal_units(path: Path) -> dict[str, Any]:

@@ -115,6 +115,38 @@ def test_memo_resumes_after_an_interruption(chapter, tmp_path, monkeypatch):
     assert "" not in journal.read_text().splitlines()
 
 
+def test_carried_units_are_resumed_and_counted_apart_from_the_runs_own(chapter, tmp_path, monkeypatch):
+    cfg = config.load("fake_chapter", "paper")
+    code = {"digest": "old", "modules": {"gmp/train.py": "h"}, "hash": results.CODE_HASH}
+    with pytest.raises(ValueError, match="why"):
+        results.carry("fake_chapter", "paper", {"a": 1}, "the old run", "")
+    path = results.carry("fake_chapter", "paper", {"a": {"v": 1}, "b": {"v": 2}}, "the cache of config X",
+                         "only other units read the changed key", code)
+    assert path.name == f"paper-{cfg.digest}.jsonl"
+    results.carry("fake_chapter", "paper", {"a": {"v": 9}}, "another run", "again")  # a journalled key stays
+    entries = results.journal_entries(path)
+    assert [e["key"] for e in entries] == ["a", "b"] and entries[0]["modules"] == code["modules"]
+    assert results.carried_units(entries) == {"the cache of config X": {
+        "units": 2, "why": "only other units read the changed key", "code_recorded": 2}}
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
+    calls = []
+    store = results.Store("fake_chapter", cfg)
+    assert [store.memo(k, lambda k=k: calls.append(k) or {"v": 3}) for k in "abc"] == [{"v": 1}, {"v": 2}, {"v": 3}]
+    assert calls == ["c"]
+    bad = dict(entries[0], carried={"from": "x"})
+    assert "carried" in results.entry_problem(bad)
+    folder = _publish(tmp_path, "paper", {"gap": 0.5}, cfg.digest)
+    provenance = json.loads((folder / "provenance.json").read_text())
+    provenance.update(resumed_units=3, resumed_seconds=1.0, carried_units={
+        "the cache of config X": {"units": 2, "why": "only other units read the changed key", "code_recorded": 0}})
+    results.atomic_write_json(folder / "provenance.json", provenance)
+    monkeypatch.delenv(results.STAGING_ENV)
+    text = results.cached("fake_chapter", "summary").describe()
+    assert "after resuming 1 units journalled by earlier, interrupted attempts" in text
+    assert ("2 of its units were carried over from the cache of config X, not recomputed (only other units read "
+            "the changed key; 2 of them by code whose fingerprint that run did not record)") in text
+
+
 def test_memo_picks_up_units_of_another_worker_and_clears_their_scratch(chapter, tmp_path, monkeypatch):
     assert results.Store("fake_chapter", config.load("fake_chapter", "paper")).scratch("a") is None
     monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
