@@ -357,17 +357,24 @@ def _at(curve: np.ndarray, epoch: int) -> float | None:
 def heldout_summary(cfg, unit: Mapping[str, Any], siren_own: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Held-out PSNR of each network beside interpolating the held-out pixels from the kept ones.
 
-    ``siren_own``, the ``heldout_siren`` unit when journalled, adds SIREN under its own protocol as ``"siren_own"``.
+    ``siren_own``, the ``heldout_siren`` unit when journalled, adds SIREN under its own protocol as ``"siren_own"``:
+    the book's only SIREN fitted to the author's file, so the reference of the abstract's "1/100th" on the
+    same image. Per network: the final PSNRs on the training and held-out pixels, its epochs (passes over the
+    kept pixels), Adam updates per epoch, and ``reach``, the first epoch whose PSNR on the kept pixels reaches
+    each target of :data:`PSNR_TARGETS` (None if never).
     """
     _, pixels = data(cfg)
     held = heldout_pixels(pixels.shape[0], unit["fraction"], unit["heldout_seed"])
     image = pixels.reshape(cfg.side, cfg.side).double().numpy()
-    out = {"networks": {}, "interpolation": interpolation_psnr(image, held.numpy())}
+    out = {"networks": {}, "interpolation": interpolation_psnr(image, held.numpy()),
+           "kept_pixels": int(pixels.shape[0] - held.numel())}
     fits = {**unit["fits"], **({"siren_own": siren_own["fit"]} if siren_own else {})}
     for name, data_ in fits.items():
         fit = EpochCurves.from_json(data_)
         out["networks"][name] = {"train_psnr": float(fit.psnr("train")[-1]), "heldout_psnr": float(fit.psnr("heldout")[-1]),
-                                 "best_heldout_psnr": float(np.nanmax(fit.psnr("heldout")))}
+                                 "best_heldout_psnr": float(np.nanmax(fit.psnr("heldout"))),
+                                 "epochs": len(fit.train_mse), "updates_per_epoch": fit.updates_per_epoch,
+                                 "reach": {target: fit.first_epoch_at(db, "train") for target, db in PSNR_TARGETS.items()}}
     return out
 
 
