@@ -218,6 +218,68 @@ def ablation_settings(cfg, step: int) -> dict[str, Any]:
     return settings
 
 
+TEXT_LEVELS = 6
+"""``L`` of the text's encoder in the ablation: SIREN's rule for its NeRF baseline at 256 pixels."""
+
+
+def ablation_network(cfg, settings: Mapping[str, Any]) -> tuple[torch.nn.Module, list[int]]:
+    """The encoder and the layer sizes of an ablation step with ``settings`` (:func:`ablation_settings`).
+
+    The text's encoder (``PositionalEncoding(TEXT_LEVELS, rotated=True)``, 72 features) is followed by
+    ``hidden_layers + 1`` sine layers of ``width``, as the earlier chapters build it; the author's
+    encoder gives ``width`` features itself, so the same ``sizes`` list as Fig. 7 has one sine layer
+    fewer.
+    """
+    if settings["encoder"] == "text":
+        encoder = PositionalEncoding(TEXT_LEVELS, rotated=True)
+        width = encoder(torch.zeros(1, 2)).shape[1]
+        return encoder, [2, width] + [cfg.width] * (cfg.hidden_layers + 1) + [1]
+    return AuthorEncoding(cfg.width, rotated=True), figure_spec(cfg, "sin")["sizes"]
+
+
+def encoder_text(encoder: torch.nn.Module) -> str:
+    """An encoder in words: its kind, frequencies, features and amplitude."""
+    if isinstance(encoder, PositionalEncoding):
+        width = encoder(torch.zeros(1, 2)).shape[1]
+        kind = "the text's rotated NeRF-type encoder (true rotations)" if encoder.rotated else "the text's NeRF-type encoder"
+        return (f"{kind}: {encoder.levels} frequencies 2^k π up to 2^{encoder.levels - 1} π, {width} features, "
+                f"amplitude √2")
+    amplitude = math.sqrt(2 * encoder.scale_factor)
+    amplitude_text = "√2" if math.isclose(amplitude, math.sqrt(2)) else f"{amplitude:g}"
+    kind = "the author's rotated encoder (his matrices)" if encoder.rotated else "the author's axis-aligned encoder"
+    return (f"{kind}: {encoder.levels} frequencies 2^k up to 2^{encoder.levels - 1}, {encoder.width} features, "
+            f"amplitude {amplitude_text}")
+
+
+_IMAGES = {"skimage": "today's skimage.data.camera()", "author": "the author's file of the classic photograph",
+           "classic": "the classic photograph"}
+
+
+def ablation_setup(cfg, step: int) -> dict[str, str]:
+    """Every setting of ablation step ``step`` in words, derived from what its fit runs (:func:`ablation_unit`)."""
+    s = ablation_settings(cfg, step)
+    encoder, sizes = ablation_network(cfg, s)
+    batch = s["batch_size"]
+    pixels = cfg.side * cfg.side
+    return {"image": _IMAGES[s["image"]], "targets": "[-1, 1]" if s["range"] == "symmetric" else "[0, 1]",
+            "biases after the encoder": "zero-initialised, trained" if s["bias"] else "none",
+            "encoder": encoder_text(encoder),
+            "sine layers": f"{len(sizes) - 3} ({' → '.join(str(n) for n in sizes[1:-1])})",
+            "Adam": "PyTorch's (ε = 1e-8)" if s["adam"] == "torch" else "Keras's (ε = 1e-7 outside the bias correction)",
+            "plateau rule": "PyTorch's (relative 1e-4)" if s["rule"] == "torch" else "Keras's (absolute 1e-4)",
+            "learning rate": f"{s['lr']:g}", "patience": f"{s['patience']} flat epochs",
+            "an iteration": "one full-batch update" if batch is None else
+            f"an epoch of mini-batches of {batch} ({math.ceil(pixels / batch):,} updates)"}
+
+
+def ablation_changes(cfg) -> list[list[str]]:
+    """Per ablation step, every setting that differs from the step before, as ``"setting: old → new"``
+    (the first step lists none): what the step's name says and what comes with it."""
+    setups = [ablation_setup(cfg, i) for i in range(len(cfg.ablation))]
+    return [[]] + [[f"{k}: {before[k]} → {after[k]}" for k in after if after[k] != before[k]]
+                   for before, after in zip(setups, setups[1:])]
+
+
 def ablation_unit(cfg, step: int, seed: int, store, device) -> Callable[[], dict[str, Any]]:
     """The fit of ablation step ``step`` (see :data:`ABLATION`) as a journal unit."""
     key = f"ablation-{step}-{seed}"
@@ -228,12 +290,8 @@ def ablation_unit(cfg, step: int, seed: int, store, device) -> Callable[[], dict
         pixels = grey_image(cfg.side, s["image"]).reshape(-1, 1)
         if s["range"] == "symmetric":
             pixels = pixels * 2 - 1
-        if s["encoder"] == "text":
-            inputs = PositionalEncoding(6, rotated=True)(coords)
-            sizes = [2, inputs.shape[1]] + [cfg.width] * (cfg.hidden_layers + 1) + [1]
-        else:
-            inputs = encoded(coords, cfg.width, True)
-            sizes = figure_spec(cfg, "sin")["sizes"]
+        encoder, sizes = ablation_network(cfg, s)
+        inputs = encoder(coords)
         spec = {"model": "sbsnn", "sizes": sizes, "activation": "sin", "first_layer": "encoder", "bias": s["bias"]}
         fit = fit_stack(layers(spec), [seed], inputs, pixels, epochs=cfg.epochs["aggressive"], lr=s["lr"],
                         plateau={"factor": 0.5, "patience": s["patience"], "rule": s["rule"]}, adam=s["adam"],
@@ -701,6 +759,120 @@ def heldout_table(held: Mapping[str, Any] | None, paper: Mapping[str, Any] | Non
     return pd.DataFrame(rows).style.hide(axis="index")
 
 
+def networks_table(cfg):
+    """Every network of the chapter with its encoder (frequencies, features, amplitude) and its sine layers."""
+    import pandas as pd
+
+    script = script_spec(cfg)["sizes"]
+    figure = figure_spec(cfg, "sin")["sizes"]
+    text_encoder, text_sizes = ablation_network(cfg, ablation_settings(cfg, 0))
+    rows = [("the author's script network (README runs, held-out fit)",
+             encoder_text(AuthorEncoding(script[1], rotated=True, scale_factor=cfg.script_scale_factor)), script),
+            ("Fig. 7, axis-aligned encoder", encoder_text(AuthorEncoding(cfg.width)), figure),
+            ("Fig. 7, rotated encoder (and the held-out sin network, and the ablation from its step 4)",
+             encoder_text(AuthorEncoding(cfg.width, rotated=True)), figure),
+            ("the ablation, steps 0-3 (the text's reading)", encoder_text(text_encoder), text_sizes)]
+    out = [{"network": name, "encoder": enc, "sine layers": f"{len(sizes) - 3}: "
+            + " → ".join(str(n) for n in sizes[1:-1]) + " → 1 (linear)"} for name, enc, sizes in rows]
+    out.append({"network": "SIREN (both protocols)", "encoder": "none: sin(30 (W x + b)) first layer on the coordinates",
+                "sine layers": "4: 2 → 256 → 256 → 256 → 256 → 1 (linear)"})
+    return pd.DataFrame(out).style.hide(axis="index")
+
+
+def same_image_siren(payload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """SIREN under its own protocol on the author's file (the held-out unit's, fitted to its kept pixels):
+    ``passes`` to each target of :data:`PSNR_TARGETS` (one full-batch update each) and the kept pixels;
+    None when the payload predates these numbers or holds no such fit."""
+    held = (payload or {}).get("heldout") or {}
+    own = held.get("networks", {}).get("siren_own")
+    if own is None or "reach" not in own:
+        return None
+    return {"passes": own["reach"], "kept_pixels": held["kept_pixels"], "epochs": own["epochs"]}
+
+
+def passes_reading(payload: Mapping[str, Any] | None) -> str:
+    """The abstract's "1/100th" in passes over the pixels and in Adam updates, against SIREN on the same image."""
+    siren = same_image_siren(payload)
+    if siren is None:
+        return "not yet measured: the paper-scale cache predates the same-image SIREN's pass count."
+    rows, reference = payload["rows"], siren["passes"]["siren"]
+    parts = []
+    for activation in SBSNN_FAMILY:
+        row = rows.get(f"{activation}/rotated")
+        if row is None:
+            continue
+        reach = row["reach"]["siren-train"]
+        name = ACTIVATION_TEXT[activation]
+        parts.append(f"{name} never within its {row['epochs']} epochs" if reach["epochs"] is None else
+                     f"{name} after {reach['epochs']} passes (1/{reference / reach['epochs']:.0f} of SIREN's) and "
+                     f"{reach['updates']:,} Adam updates ({reach['updates'] / reference:.0f} times SIREN's)")
+    if reference is None:
+        return "SIREN under its own protocol never reached 56.0 dB on the author's file."
+    held = payload["heldout"]["networks"]
+    matched = [f"{HELDOUT_NETS[k][2]} after {held[k]['reach']['siren']} passes" for k in ("script", "sin_rotated")
+               if k in held and held[k]["reach"]["siren"] is not None]
+    return (f"SIREN under its own protocol reaches 56.0 dB on the author's file (its kept "
+            f"{siren['kept_pixels']:,} pixels) after {reference:,} passes, one update each. The rotated-encoder "
+            f"SBSNN networks of Fig. 7 reach it on the whole image: " + "; ".join(parts) + "."
+            + (f" Fitted to the same kept pixels as SIREN: {', '.join(matched)}." if matched else ""))
+
+
+def memorisation_reading(held: Mapping[str, Any] | None) -> str:
+    """Whether the fitted SBSNN networks beat linear interpolation of the kept pixels on the held-out ones."""
+    if not held:
+        return "not yet run."
+    linear = held["interpolation"]["linear"]
+    nets = {k: held["networks"][k]["heldout_psnr"] for k in ("script", "sin_rotated") if k in held["networks"]}
+    below = [k for k, v in nets.items() if v < linear]
+    verdict = ("every fitted SBSNN network falls below linear interpolation of the kept pixels: by the rule, "
+               "they memorise" if len(below) == len(nets) else
+               "not every fitted SBSNN network falls below linear interpolation of the kept pixels")
+    own = held["networks"].get("siren_own")
+    siren = "" if own is None else (f"; SIREN under its own protocol reaches {own['heldout_psnr']:.1f} dB, "
+                                    + ("above" if own["heldout_psnr"] > linear else "not above") + " it")
+    return (", ".join(f"{HELDOUT_NETS[k][2]} {v:.1f} dB" for k, v in nets.items())
+            + f" on the held-out pixels against linear interpolation's {linear:.1f} dB: {verdict}{siren}")
+
+
+def readme_reading(payload: Mapping[str, Any] | None) -> str:
+    """The README's two runs against their bars: the epoch at which each passes and its margin at the end."""
+    rows = (payload or {}).get("rows", {})
+    parts = []
+    for schedule in ("aggressive", "less_aggressive"):
+        row = rows.get(f"script/{schedule}")
+        if row is None:
+            continue
+        db, epochs = PAPER[f"readme_{schedule}_db"], PAPER[f"readme_{schedule}_epochs"]
+        at = row["reach_readme"]["epoch"]["epochs"]
+        parts.append(f"the {schedule.replace('_', ' ')} schedule's bar of {db:g} dB in {epochs} epochs "
+                     + (f"is passed at epoch {at}" if at is not None else "is not reached")
+                     + f", and the best epoch-mean PSNR is {row['best_epoch_psnr']:.1f} dB, "
+                       f"{row['best_epoch_psnr'] - db:+.1f} dB from it")
+    if not parts:
+        return "not yet run."
+    return "; ".join(parts) + ", each from one seed."
+
+
+def ablation_untrained(payload: Mapping[str, Any] | None) -> str:
+    """The ablation's full-batch steps: the range of their final PSNRs, whether they all end untrained (below
+    the bar of ``gmp.experiments.sbsnn_author_figs.TRAINED_DB``), and the last step's."""
+    from gmp.experiments.sbsnn_author_figs import TRAINED_DB  # that module imports this one
+
+    rows = (payload or {}).get("ablation") or []
+    full = [r for r in rows if r["updates"] == r["epochs"]]  # one update per iteration: a full batch
+    last = [r for r in rows if r["updates"] > r["epochs"]]
+    if not full:
+        return "The paper-scale ablation has not run yet."
+    top = max(r["final_psnr"] for r in full)
+    out = (f"The {len(full)} full-batch steps end between {min(r['final_psnr'] for r in full):.1f} and {top:.1f} dB "
+           f"after their {full[0]['epochs']} updates: "
+           + (f"none has trained (reached {TRAINED_DB:g} dB)." if top < TRAINED_DB else
+              f"not all of them untrained (below {TRAINED_DB:g} dB)."))
+    if last:
+        out += f" The mini-batch step ends at {last[-1]['final_psnr']:.1f} dB."
+    return out
+
+
 def plot_renders(rows: Mapping[str, tuple[Mapping[str, np.ndarray], Any]]):
     """The central crop of each held-out fit rendered on the finer grid, beside the bilinear upsampling of the image.
 
@@ -757,8 +929,9 @@ def reach_table(payload: Mapping[str, Any] | None):
     return pd.DataFrame(rows).fillna("—").style.hide(axis="index")
 
 
-def ablation_table(live: Mapping[str, Any], paper: Mapping[str, Any] | None):
-    """The ablation: per step, the final whole-image PSNR and the updates made, this build and paper scale."""
+def ablation_table(cfg, live: Mapping[str, Any], paper: Mapping[str, Any] | None):
+    """The ablation: per step, every setting it changes (:func:`ablation_changes` of ``cfg``), the final
+    whole-image PSNR and the updates made, this build and paper scale."""
     import pandas as pd
 
     def cells(payload: Mapping[str, Any] | None, step: int) -> tuple[str, str, str]:
@@ -768,9 +941,10 @@ def ablation_table(live: Mapping[str, Any], paper: Mapping[str, Any] | None):
         return f"{row['final_psnr']:.1f}", f"{row['best_psnr']:.1f}", f"{row['updates']:,}"
 
     rows = []
-    for step, change in enumerate(ABLATION):
+    for step, (change, changes) in enumerate(zip(cfg.ablation, ablation_changes(cfg))):
         mine, theirs = cells(live, step), cells(paper, step)
-        rows.append({"step": change["name"], "this build: final PSNR": mine[0], "this build: updates": mine[2],
+        rows.append({"step": change["name"], "what changes": "; ".join(changes) or "the starting point",
+                     "this build: final PSNR": mine[0], "this build: updates": mine[2],
                      "paper scale: final PSNR": theirs[0], "paper scale: best PSNR": theirs[1],
                      "paper scale: updates": theirs[2]})
     return pd.DataFrame(rows).style.hide(axis="index")

@@ -1,0 +1,102 @@
+"""The SBSNN author's protocol chapter: what its ablation changes, the same-image SIREN reference and the readings."""
+
+import math
+
+import numpy as np
+import pytest
+
+import gmp
+from gmp.experiments import sbsnn_author as experiment
+from gmp.minibatch import EpochCurves, heldout_pixels, layers
+
+
+@pytest.fixture(scope="module")
+def paper_cfg():
+    return gmp.load_config("sbsnn_author", "paper")
+
+
+def _sine_layers(sizes):
+    built = layers({"model": "sbsnn", "sizes": sizes, "activation": "sin", "first_layer": "encoder"})
+    return sum(layer.activation is not None for layer in built)
+
+
+def test_the_ablation_discloses_every_change_and_the_encoder_step_drops_a_sine_layer(paper_cfg):
+    changes = experiment.ablation_changes(paper_cfg)
+    assert len(changes) == len(paper_cfg.ablation) and changes[0] == []
+    assert all(changes[1:]), "every step after the first changes something"
+    encoder_step = next(i for i, c in enumerate(paper_cfg.ablation) if c.get("encoder") == "author")
+    words = changes[encoder_step]
+    assert any(w.startswith("encoder:") for w in words) and any(w.startswith("sine layers: 6") and "→ 5" in w
+                                                                 for w in words)
+    before = experiment.ablation_network(paper_cfg, experiment.ablation_settings(paper_cfg, encoder_step - 1))[1]
+    after = experiment.ablation_network(paper_cfg, experiment.ablation_settings(paper_cfg, encoder_step))[1]
+    assert (_sine_layers(before), _sine_layers(after)) == (6, 5), "the sizes the fits are built from"
+    assert after == experiment.figure_spec(paper_cfg, "sin")["sizes"], "from that step on, Fig. 7's network"
+    schedule = next(i for i, c in enumerate(paper_cfg.ablation) if c.get("adam") == "keras")
+    assert len(changes[schedule]) == 4, changes[schedule]
+    assert len(changes[-1]) == 1 and "mini-batches of 32 (2,048 updates)" in changes[-1][0]
+
+
+def test_every_network_states_its_encoder_amplitude(paper_cfg):
+    table = experiment.networks_table(paper_cfg).data
+    encoders = dict(zip(table["network"], table["encoder"]))
+    script = next(v for k, v in encoders.items() if k.startswith("the author's script"))
+    assert script.endswith("amplitude 1") and "up to 2^20" in script
+    figures = [v for k, v in encoders.items() if k.startswith("Fig. 7")]
+    assert len(figures) == 2 and all(v.endswith("amplitude √2") for v in figures)
+    assert any("up to 2^15" in v for v in figures) and any("up to 2^47" in v for v in figures)
+
+
+def _curves(psnr_db, heldout_db=None, updates=1, to_unit=1.0):
+    mse = 10 ** (-np.asarray(psnr_db, float) / 10) / to_unit
+    held = None if heldout_db is None else 10 ** (-np.asarray(heldout_db, float) / 10) / to_unit
+    return EpochCurves(mse, mse, held, np.full(len(mse), 1e-3), np.arange(1.0, len(mse) + 1), updates, to_unit,
+                       None).to_json()
+
+
+def test_the_heldout_summary_counts_passes_to_each_target_on_the_kept_pixels():
+    cfg = gmp.load_config("sbsnn_author", "smoke")
+    siren_db = [40.0, 49.9, 50.0, 55.0, 56.03]  # SIREN's own protocol, [-1, 1] targets: 50 dB at pass 3, 56.0 at 5
+    unit = {"heldout_seed": cfg.heldout_seed, "fraction": cfg.heldout_fraction,
+            "fits": {"sin_rotated": _curves([30.0, 60.0], [20.0, 21.0], updates=24)}}
+    held = experiment.heldout_summary(cfg, unit, {"fit": _curves(siren_db, [25.0] * 5, to_unit=0.25)})
+    own = held["networks"]["siren_own"]
+    assert own["reach"] == {"author": 3, "siren": 5} and own["epochs"] == 5 and own["updates_per_epoch"] == 1
+    assert held["networks"]["sin_rotated"]["reach"] == {"author": 2, "siren": 2}
+    kept = cfg.side ** 2 - heldout_pixels(cfg.side ** 2, cfg.heldout_fraction, cfg.heldout_seed).numel()
+    assert held["kept_pixels"] == kept
+    assert math.isclose(own["heldout_psnr"], 25.0)
+
+
+def _payload(sin_epochs=67, siren_passes=3116, linear=24.7, sbsnn_heldout=(20.6, 21.2), siren_heldout=26.8):
+    reach = {"epochs": sin_epochs, "updates": None if sin_epochs is None else sin_epochs * 2048}
+    never = {"epochs": None, "updates": None}
+    rows = {f"{a}/rotated": {"epochs": 100, "reach": {"siren-train": reach if a == "sin" else never}}
+            for a in experiment.SBSNN_FAMILY}
+    networks = {"script": {"heldout_psnr": sbsnn_heldout[0], "reach": {"siren": 59}},
+                "sin_rotated": {"heldout_psnr": sbsnn_heldout[1], "reach": {"siren": 73}},
+                "siren_own": {"heldout_psnr": siren_heldout, "epochs": siren_passes, "reach": {"siren": siren_passes}}}
+    return {"rows": rows, "heldout": {"networks": networks, "kept_pixels": 49152,
+                                      "interpolation": {"nearest": 21.8, "linear": linear, "cubic": 25.5}}}
+
+
+def test_the_passes_reading_gives_the_ratio_to_sirens_passes_on_the_same_image():
+    text = experiment.passes_reading(_payload())
+    assert "after 3,116 passes" in text and "after 67 passes (1/47 of SIREN's)" in text
+    assert "137,216 Adam updates (44 times SIREN's)" in text and "never within its 100 epochs" in text
+    assert "not yet measured" in experiment.passes_reading({"rows": {}, "heldout": {"networks": {}}})
+
+
+def test_the_memorisation_reading_follows_the_rule_against_linear_interpolation():
+    below = experiment.memorisation_reading(_payload()["heldout"])
+    assert "they memorise" in below and "26.8 dB, above it" in below
+    above = experiment.memorisation_reading(_payload(sbsnn_heldout=(25.0, 21.0))["heldout"])
+    assert "memorise" not in above and "not every" in above
+
+
+def test_the_ablation_sentence_calls_the_full_batch_steps_untrained_only_below_the_bar():
+    rows = [{"final_psnr": db, "updates": 100, "epochs": 100} for db in (13.7, 22.2)]
+    rows.append({"final_psnr": 74.5, "updates": 204800, "epochs": 100})
+    assert "none has trained" in experiment.ablation_untrained({"ablation": rows})
+    rows[0]["final_psnr"] = 35.0
+    assert "not all of them untrained" in experiment.ablation_untrained({"ablation": rows})
