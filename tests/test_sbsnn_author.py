@@ -100,3 +100,22 @@ def test_the_ablation_sentence_calls_the_full_batch_steps_untrained_only_below_t
     assert "none has trained" in experiment.ablation_untrained({"ablation": rows})
     rows[0]["final_psnr"] = 35.0
     assert "not all of them untrained" in experiment.ablation_untrained({"ablation": rows})
+
+
+def _fig4_payload(sin=413, triangle=476, abs_sin=None, triangle_siren=532):
+    def row(epoch_author, epoch_siren):
+        return {"reach": {"author-epoch": {"epochs": epoch_author}, "siren-train": {"epochs": epoch_siren}}}
+    return {"figures": {"fig4": {"sin/siren_layer": row(sin, None), "triangle/siren_layer": row(triangle, triangle_siren),
+                                 "abs_sin/siren_layer": row(abs_sin, None)}}}
+
+
+@pytest.mark.parametrize("triangle_siren, verdict", [(532, "not reproduced"), (500, "partly")])
+def test_fig4_is_judged_at_the_papers_500_epochs_not_at_the_runs_last(triangle_siren, verdict):
+    from gmp.experiments import sbsnn_author_figs
+
+    claims = {c.key: c for c in sbsnn_author_figs.CLAIMS}
+    measured, got = claims["sbsnn-fit-500-siren-scale"].evaluate(_fig4_payload(triangle_siren=triangle_siren))
+    assert got == verdict and measured.startswith(experiment.ONE_SEED)
+    assert claims["sbsnn-fit-500-author"].evaluate(_fig4_payload(triangle=501))[1] == "partly"  # sin at 413
+    assert claims["sbsnn-fit-500-author"].evaluate(_fig4_payload(sin=501, triangle=501))[1] == "not reproduced"
+    assert all(experiment.THIN_MARGIN in claims[k].rule for k in ("sbsnn-fit-500-author", "sbsnn-fit-500-siren-scale"))

@@ -493,6 +493,24 @@ def _readme_check(payload: Mapping[str, Any], schedule: str) -> tuple[str, str]:
     return measured, verdict
 
 
+ONE_SEED = "provisional: one seed"
+"""How a verdict says that it rests on one seed while its margin lies within the spread of single runs of one
+network; it stands until decided over at least :data:`SEEDS_TO_DECIDE` seeds."""
+
+SEEDS_TO_DECIDE = 5
+"""The seeds over which a thin-margin verdict is to be decided before it loses :data:`ONE_SEED`."""
+
+THIN_MARGIN = (f"{ONE_SEED.capitalize()}: the margin lies within the spread of single runs of one network, so the "
+               f"verdict stands provisionally until decided over at least {SEEDS_TO_DECIDE} seeds.")
+"""The sentence a thin-margin claim's rule ends with."""
+
+
+def one_seed(judged: tuple[str, str]) -> tuple[str, str]:
+    """A check's ``(measured, verdict)`` marked :data:`ONE_SEED`."""
+    measured, verdict = judged
+    return f"{ONE_SEED}; {measured}", verdict
+
+
 CLAIMS = [
     Claim(key="sbsnn-readme-aggressive", paper="sbsnn", source="paper",
           text="The author's README: with the aggressive schedule (Adam 1e-3, halved after 5 flat epochs) his "
