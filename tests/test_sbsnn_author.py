@@ -119,3 +119,36 @@ def test_fig4_is_judged_at_the_papers_500_epochs_not_at_the_runs_last(triangle_s
     assert claims["sbsnn-fit-500-author"].evaluate(_fig4_payload(triangle=501))[1] == "partly"  # sin at 413
     assert claims["sbsnn-fit-500-author"].evaluate(_fig4_payload(sin=501, triangle=501))[1] == "not reproduced"
     assert all(experiment.THIN_MARGIN in claims[k].rule for k in ("sbsnn-fit-500-author", "sbsnn-fit-500-siren-scale"))
+
+
+def test_each_reverse_arm_takes_one_of_the_authors_settings_away(paper_cfg):
+    author = experiment.ablation_settings(paper_cfg, len(paper_cfg.ablation) - 1)
+    assert experiment.reverse_settings(paper_cfg, 0) == {**author, "name": "the author's protocol"}
+    for arm, change in enumerate(experiment.REVERSE_ABLATION[1:], start=1):
+        settings = experiment.reverse_settings(paper_cfg, arm)
+        differ = {k for k in author if k != "name" and settings[k] != author[k]}
+        assert differ == {k for k in change if k not in ("name", "sine_layers")}, (arm, differ)
+    depths = {arm: _sine_layers(experiment.ablation_network(paper_cfg, experiment.reverse_settings(paper_cfg, arm))[1])
+              for arm, change in enumerate(experiment.REVERSE_ABLATION) if change.get("encoder") == "text" or arm == 0}
+    assert sorted(depths.values()) == [5, 5, 6], "the text's encoder with its sixth sine layer and with the depth kept"
+
+
+class _NoStore:
+    @staticmethod
+    def scratch(key):
+        return None
+
+
+def test_the_reverse_ablation_runs_at_smoke_scale_and_pairs_its_arms_by_seed():
+    cfg = gmp.load_config("sbsnn_author", "smoke")
+    units = experiment.reverse_units(cfg, _NoStore(), "cpu")
+    assert list(units) == [f"reverse-{arm}" for arm in range(len(experiment.REVERSE_ABLATION))]
+    done = {key: units[key]() for key in ("reverse-0", "reverse-1")}
+    assert done["reverse-1"]["seeds"] == experiment.REVERSE_SCALES["smoke"]["seeds"]
+    full = EpochCurves.from_json(done["reverse-1"]["fits"][0])
+    assert full.updates_per_epoch == 1 and len(full.train_mse) == experiment.REVERSE_SCALES["smoke"]["epochs"]
+    rows = experiment.reverse_summary(done)
+    assert [r["arm"] for r in rows] == [0, 1] and "difference" not in rows[0]
+    mean, low, high = rows[1]["difference"]
+    assert math.isclose(mean, rows[1]["final_psnr"][0] - rows[0]["final_psnr"][0]) and (low, high) == (-math.inf,
+                                                                                                     math.inf)

@@ -18,7 +18,7 @@ from gmp.data.images import coordinate_grid, grey_image, image_fitting_data
 from gmp.encoders import AuthorEncoding, PositionalEncoding
 from gmp.implicit import fit_spec
 from gmp.minibatch import EpochCurves, fit_stack, heldout_pixels, layers
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim
+from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, paired_interval
 from gmp import style
 
 SBSNN_FAMILY = ["sin", "triangle", "abs_sin"]
@@ -226,14 +226,16 @@ def ablation_network(cfg, settings: Mapping[str, Any]) -> tuple[torch.nn.Module,
     """The encoder and the layer sizes of an ablation step with ``settings`` (:func:`ablation_settings`).
 
     The text's encoder (``PositionalEncoding(TEXT_LEVELS, rotated=True)``, 72 features) is followed by
-    ``hidden_layers + 1`` sine layers of ``width``, as the earlier chapters build it; the author's
-    encoder gives ``width`` features itself, so the same ``sizes`` list as Fig. 7 has one sine layer
-    fewer.
+    ``hidden_layers + 1`` sine layers of ``width``, as the earlier chapters build it (``hidden_layers``
+    with ``settings["sine_layers"] == "kept"``, the reverse ablation's arm that keeps the depth); the
+    author's encoder gives ``width`` features itself, so the same ``sizes`` list as Fig. 7 has one sine
+    layer fewer.
     """
     if settings["encoder"] == "text":
         encoder = PositionalEncoding(TEXT_LEVELS, rotated=True)
         width = encoder(torch.zeros(1, 2)).shape[1]
-        return encoder, [2, width] + [cfg.width] * (cfg.hidden_layers + 1) + [1]
+        layers_after = cfg.hidden_layers if settings.get("sine_layers") == "kept" else cfg.hidden_layers + 1
+        return encoder, [2, width] + [cfg.width] * layers_after + [1]
     return AuthorEncoding(cfg.width, rotated=True), figure_spec(cfg, "sin")["sizes"]
 
 
@@ -280,26 +282,82 @@ def ablation_changes(cfg) -> list[list[str]]:
                    for before, after in zip(setups, setups[1:])]
 
 
+def fit_settings(cfg, settings: Mapping[str, Any], seeds: list[int], epochs: int, key: str, store,
+                 device) -> list[EpochCurves]:
+    """Fit the rotated-encoder sin network of the ablations with ``settings`` (:func:`ablation_settings`), one
+    network per seed in one stack, for ``epochs`` iterations; whole-image PSNR on the [0, 1] scale."""
+    s = settings
+    coords = coordinate_grid(cfg.side, indexing="xy")
+    pixels = grey_image(cfg.side, s["image"]).reshape(-1, 1)
+    if s["range"] == "symmetric":
+        pixels = pixels * 2 - 1
+    encoder, sizes = ablation_network(cfg, s)
+    spec = {"model": "sbsnn", "sizes": sizes, "activation": "sin", "first_layer": "encoder", "bias": s["bias"]}
+    return fit_stack(layers(spec), seeds, encoder(coords), pixels, epochs=epochs, lr=s["lr"],
+                     plateau={"factor": 0.5, "patience": s["patience"], "rule": s["rule"]}, adam=s["adam"],
+                     batch_size=s["batch_size"] or pixels.shape[0], mse_to_unit=0.25 if s["range"] == "symmetric"
+                     else 1.0, device=device, compile=cfg.compile, checkpoint=store.scratch(key), desc=key)
+
+
 def ablation_unit(cfg, step: int, seed: int, store, device) -> Callable[[], dict[str, Any]]:
     """The fit of ablation step ``step`` (see :data:`ABLATION`) as a journal unit."""
     key = f"ablation-{step}-{seed}"
+    return lambda: fit_settings(cfg, ablation_settings(cfg, step), [seed], cfg.epochs["aggressive"], key, store,
+                                device)[0].to_json()
 
-    def compute() -> dict[str, Any]:
-        s = ablation_settings(cfg, step)
-        coords = coordinate_grid(cfg.side, indexing="xy")
-        pixels = grey_image(cfg.side, s["image"]).reshape(-1, 1)
-        if s["range"] == "symmetric":
-            pixels = pixels * 2 - 1
-        encoder, sizes = ablation_network(cfg, s)
-        inputs = encoder(coords)
-        spec = {"model": "sbsnn", "sizes": sizes, "activation": "sin", "first_layer": "encoder", "bias": s["bias"]}
-        fit = fit_stack(layers(spec), [seed], inputs, pixels, epochs=cfg.epochs["aggressive"], lr=s["lr"],
-                        plateau={"factor": 0.5, "patience": s["patience"], "rule": s["rule"]}, adam=s["adam"],
-                        batch_size=s["batch_size"] or pixels.shape[0], mse_to_unit=0.25 if s["range"] == "symmetric"
-                        else 1.0, device=device, compile=cfg.compile, checkpoint=store.scratch(key), desc=key)[0]
-        return fit.to_json()
 
-    return compute
+REVERSE_ABLATION = [
+    {"name": "the author's protocol"},
+    {"name": "− mini-batch epochs (full-batch updates)", "batch_size": None},
+    {"name": "− the aliasing encoder (the text's encoder, one more sine layer)", "encoder": "text"},
+    {"name": "− the aliasing encoder (the text's encoder, depth kept)", "encoder": "text", "sine_layers": "kept"},
+    {"name": "− [0, 1] targets ([-1, 1])", "range": "symmetric"},
+    {"name": "− no biases (zero-initialised, trained)", "bias": True},
+    {"name": "− Keras's plateau rule (PyTorch's)", "rule": "torch"},
+    {"name": "− Keras's Adam (PyTorch's)", "adam": "torch"},
+]
+"""The reverse ablation: from the author's protocol (the last step of :data:`ABLATION`), each arm takes one
+of his settings away, the others kept. The encoder arms are mini-batch epochs with the text's band-limited
+encoder, with its sixth sine layer (as the forward ablation builds it) and without (depth kept at five)."""
+
+REVERSE_SCALES = {"smoke": {"seeds": [0], "epochs": 2}, "small": {"seeds": [0, 1, 2], "epochs": 25},
+                  "paper": {"seeds": [0, 1, 2], "epochs": 100}}
+"""Seeds (one stack per arm) and iterations of the reverse ablation per scale. Not in ``CONFIG`` yet: it has
+not run, and adding it changes the chapter's config (carry the run's units with ``gmp.results.carry`` then).
+At paper scale about 3.5 CPU-hours on one thread (7 mini-batch arms x 3 seeds x 100 epochs)."""
+
+
+def reverse_settings(cfg, arm: int) -> dict[str, Any]:
+    """The settings of reverse-ablation arm ``arm``: the author's protocol with the arm's change."""
+    change = {k: v for k, v in REVERSE_ABLATION[arm].items() if k != "name"}
+    return {**ablation_settings(cfg, len(cfg.ablation) - 1), **change, "name": REVERSE_ABLATION[arm]["name"]}
+
+
+def reverse_units(cfg, store, device) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The reverse ablation's fits at ``cfg.scale`` (:data:`REVERSE_SCALES`) as journal units, one per arm."""
+    plan = REVERSE_SCALES[cfg.scale]
+
+    def unit(arm: int) -> Callable[[], dict[str, Any]]:
+        key = f"reverse-{arm}"
+        return lambda: {"seeds": plan["seeds"], "fits": [fit.to_json() for fit in fit_settings(
+            cfg, reverse_settings(cfg, arm), plan["seeds"], plan["epochs"], key, store, device)]}
+
+    return {f"reverse-{arm}": unit(arm) for arm in range(len(REVERSE_ABLATION))}
+
+
+def reverse_summary(units_done: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per arm of the reverse ablation: its final whole-image PSNRs by seed and their difference from the
+    author's protocol (arm 0), paired by seed, with its 95% interval (``gmp.results.paired_interval``)."""
+    finals = {int(key.removeprefix("reverse-")): [float(EpochCurves.from_json(f).psnr("train")[-1])
+                                                   for f in unit["fits"]]
+              for key, unit in units_done.items() if key.startswith("reverse-")}
+    out = []
+    for arm, values in sorted(finals.items()):
+        row = {"arm": arm, "name": REVERSE_ABLATION[arm]["name"], "final_psnr": values}
+        if arm and 0 in finals:
+            row["difference"] = paired_interval([v - b for v, b in zip(values, finals[0])])
+        out.append(row)
+    return out
 
 
 @torch.no_grad()
