@@ -152,3 +152,50 @@ def test_the_reverse_ablation_runs_at_smoke_scale_and_pairs_its_arms_by_seed():
     mean, low, high = rows[1]["difference"]
     assert math.isclose(mean, rows[1]["final_psnr"][0] - rows[0]["final_psnr"][0]) and (low, high) == (-math.inf,
                                                                                                      math.inf)
+
+
+def _claims():
+    return {c.key: c for c in experiment.CLAIMS}
+
+
+@pytest.mark.parametrize("sin_epochs, siren_passes, verdict", [
+    (31, 3116, "reproduced"),       # 1/100th is 31.16 passes: sin alone does not make it reproduced ...
+    (67, 3116, "partly"),           # ... 1/47: within 1/10th
+    (400, 3116, "not reproduced"),  # 1/7.8: not an order of magnitude
+])
+def test_the_abstracts_hundredth_is_judged_in_passes_against_siren_on_the_same_image(sin_epochs, siren_passes, verdict):
+    payload = _payload(sin_epochs=sin_epochs, siren_passes=siren_passes)
+    if verdict == "reproduced":  # every family member must make it
+        for activation in ("triangle", "abs_sin"):
+            payload["rows"][f"{activation}/rotated"]["reach"]["siren-train"] = {"epochs": 30, "updates": 30 * 2048}
+    measured, got = _claims()["sbsnn-abstract-100th-passes"].evaluate(payload)
+    assert got == verdict
+    assert f"{siren_passes:,} passes" in measured and "SIREN on the same image" in measured
+
+
+def test_the_updates_reading_uses_the_same_image_siren():
+    measured, verdict = _claims()["sbsnn-fig7-updates"].evaluate(_payload())
+    assert verdict == "not reproduced" and "SIREN on the same image (own protocol): 3,116 updates" in measured
+    with pytest.raises(TypeError):  # a payload without the same-image SIREN cannot be judged (the ledger: corrupt)
+        _claims()["sbsnn-fig7-updates"].evaluate({"rows": {}, "heldout": {"networks": {}}})
+
+
+def test_generalisation_on_one_mask_is_inconclusive_whatever_the_margin():
+    claim = _claims()["sbsnn-heldout-generalises"]
+    for heldout in ((20.6, 21.2), (30.0, 31.0)):
+        measured, verdict = claim.evaluate(_payload(sbsnn_heldout=heldout))
+        assert verdict == "inconclusive" and measured.startswith("1 held-out mask")
+    assert claim.source == "check" and claim.test.n == len(experiment.HELDOUT_MASKS)
+    assert claim.check(_payload(sbsnn_heldout=(20.6, 21.2)))[1] == "partly"  # an unbounded interval, before the test
+
+
+def test_thin_margin_verdicts_say_provisional_one_seed():
+    claims = _claims()
+    payload = {"rows": {"script/aggressive": {"reach_readme": {"epoch": {"epochs": 81}}, "best_epoch_psnr": 61.4,
+                                              "best_train_psnr": 61.4, "epochs": 100}}}
+    measured, verdict = claims["sbsnn-readme-aggressive"].evaluate(payload)
+    assert verdict == "reproduced" and measured.startswith(experiment.ONE_SEED)
+    for key in ("sbsnn-readme-aggressive", "sbsnn-readme-less-aggressive", "sbsnn-fig7-100-author",
+                "sbsnn-fig7-100-siren-scale"):
+        assert experiment.THIN_MARGIN in claims[key].rule
+    assert experiment.THIN_MARGIN not in claims["sbsnn-abstract-100th-passes"].rule
