@@ -583,7 +583,7 @@ def _earlier_updates_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     return measured, verdict
 
 
-_REPLACED_BY, _REPLACED_AT = "HASH", "DATE"
+_REPLACED_BY, _REPLACED_AT = "a27883b", "2026-11-26 16:46 UTC"
 """The commit that replaced the rules of this chapter's claims for issue #28, and its date."""
 
 _EARLIER_ONE_SEED = dict(commits=_REPLACED_BY, replaced=_REPLACED_AT,
