@@ -227,7 +227,7 @@ def best_method(payload: Mapping[str, Any], batch_size: int, metric: str = "top1
 # ---------------------------------------------------------------- claims
 
 SEEDS = len(CONFIG["paper"]["seeds"])
-"""The seeds per cell of the paper-scale run: the pairs of every comparison of the claims."""
+"""How many seeds each cell of the paper-scale run has, so how many pairs every comparison of the claims has."""
 
 _PAIRED = (f"paired by seed (a seed gives every variant the same batch order and flips, SP, WN, WN+MBN and BN "
            f"the same initial kernels, and GmP and GmP+MN theirs), with its 95% Student-t interval over the "
