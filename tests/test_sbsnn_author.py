@@ -76,7 +76,7 @@ def _payload(sin_epochs=67, siren_passes=3116, linear=24.7, sbsnn_heldout=(20.6,
     networks = {"script": {"heldout_psnr": sbsnn_heldout[0], "reach": {"siren": 59}},
                 "sin_rotated": {"heldout_psnr": sbsnn_heldout[1], "reach": {"siren": 73}},
                 "siren_own": {"heldout_psnr": siren_heldout, "epochs": siren_passes, "reach": {"siren": siren_passes}}}
-    return {"rows": rows, "heldout": {"networks": networks, "kept_pixels": 49152,
+    return {"rows": rows, "heldout": {"heldout_seed": 2021, "networks": networks, "kept_pixels": 49152,
                                       "interpolation": {"nearest": 21.8, "linear": linear, "cubic": 25.5}}}
 
 
@@ -89,9 +89,16 @@ def test_the_passes_reading_gives_the_ratio_to_sirens_passes_on_the_same_image()
 
 def test_the_memorisation_reading_follows_the_rule_against_linear_interpolation():
     below = experiment.memorisation_reading(_payload()["heldout"])
-    assert "they memorise" in below and "26.8 dB, above it" in below
+    assert "every fitted SBSNN network falls below" in below and "26.8 dB, above it" in below
     above = experiment.memorisation_reading(_payload(sbsnn_heldout=(25.0, 21.0))["heldout"])
-    assert "memorise" not in above and "not every" in above
+    assert "not every" in above
+    assert "inconclusive until the fits have run on at least 3" in experiment.generalisation_reading(_payload())
+    payload = _payload()
+    payload["heldout_more"] = [{"heldout_seed": s, "interpolation": {"linear": 24.7},
+                                "networks": {k: {"heldout_psnr": 21.0 + d} for k in ("script", "sin_rotated")}}
+                               for s, d in ((2022, 0.1), (2023, -0.1))]
+    text = experiment.generalisation_reading(payload)
+    assert text.startswith("Over 3 held-out masks (seeds 2021, 2022, 2023)") and "they memorise" in text
 
 
 def test_the_ablation_sentence_calls_the_full_batch_steps_untrained_only_below_the_bar():
@@ -180,13 +187,24 @@ def test_the_updates_reading_uses_the_same_image_siren():
         _claims()["sbsnn-fig7-updates"].evaluate({"rows": {}, "heldout": {"networks": {}}})
 
 
-def test_generalisation_on_one_mask_is_inconclusive_whatever_the_margin():
+def test_generalisation_is_inconclusive_on_fewer_than_three_masks_and_decided_by_the_intervals_on_three():
     claim = _claims()["sbsnn-heldout-generalises"]
     for heldout in ((20.6, 21.2), (30.0, 31.0)):
         measured, verdict = claim.evaluate(_payload(sbsnn_heldout=heldout))
         assert verdict == "inconclusive" and measured.startswith("1 held-out mask")
-    assert claim.source == "check" and claim.test.n == len(experiment.HELDOUT_MASKS)
-    assert claim.check(_payload(sbsnn_heldout=(20.6, 21.2)))[1] == "partly"  # an unbounded interval, before the test
+    assert claim.source == "check" and claim.test.n == len(experiment.HELDOUT_MASKS) >= 3
+
+    def masks(*diffs):  # held-out PSNR of both networks minus linear interpolation's, per further mask
+        payload = _payload(sbsnn_heldout=(24.7 + diffs[0], 24.7 + diffs[0]))
+        payload["heldout_more"] = [{"heldout_seed": 2022 + i, "interpolation": {"linear": 24.7},
+                                    "networks": {k: {"heldout_psnr": 24.7 + d} for k in ("script", "sin_rotated")}}
+                                   for i, d in enumerate(diffs[1:])]
+        return payload
+
+    assert claim.evaluate(masks(-3.6, -3.5, -3.7))[1] == "not reproduced"
+    assert claim.evaluate(masks(2.0, 2.1, 1.9))[1] == "reproduced"
+    assert claim.evaluate(masks(-3.6, 3.5, 0.1))[1] == "partly"
+    assert claim.evaluate(masks(-3.6, -3.5))[1] == "inconclusive"
 
 
 def test_thin_margin_verdicts_say_provisional_one_seed():

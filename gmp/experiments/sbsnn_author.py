@@ -18,7 +18,8 @@ from gmp.data.images import coordinate_grid, grey_image, image_fitting_data
 from gmp.encoders import AuthorEncoding, PositionalEncoding
 from gmp.implicit import fit_spec
 from gmp.minibatch import EpochCurves, fit_stack, heldout_pixels, layers
-from gmp.results import NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, EarlierRule, PowerTest, paired_interval
+from gmp.results import (INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED, Claim, EarlierRule, PowerTest,
+                         paired_interval)
 from gmp import style
 
 SBSNN_FAMILY = ["sin", "triangle", "abs_sin"]
@@ -70,15 +71,17 @@ step trains the rotated-encoder sqrt(2) sin(x + pi/4) network for the same numbe
 CONFIG = scaled(
     common=dict(ablation=ABLATION, image="author", siren_image="classic", width=192, hidden_layers=5, script_sizes=SCRIPT_SIZES,
                 script_scale_factor=0.5, batch_size=32, schedules=SCHEDULES, siren_lr=1e-4,
-                heldout_fraction=0.25, heldout_seed=2021, render_side=512, render_crop=128, compile=False),
+                heldout_fraction=0.25, heldout_seed=2021, heldout_more=[], render_side=512, render_crop=128,
+                compile=False),
     smoke=dict(side=32, width=48, script_sizes=[2, 36, 32, 16, 16, 16, 16, 1], activations=["sin", "gpn_relu"],
+               heldout_more=[2022],
                epochs={"aggressive": 2, "less_aggressive": 3, "siren": 2}, siren_steps=6, render_side=64,
                render_crop=32),
     small=dict(side=64, activations=["sin", "triangle", "gpn_relu"],
                epochs={"aggressive": 25, "less_aggressive": 40, "siren": 25}, siren_steps=300, render_side=128,
                render_crop=64),
     paper=dict(side=256, activations=FIG7_ACTIVATIONS, epochs={"aggressive": 100, "less_aggressive": 550, "siren": 100},
-               siren_steps=10_000, compile=True),
+               siren_steps=10_000, heldout_more=[2022, 2023], compile=True),
 )
 
 PAPER = {
@@ -132,7 +135,10 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     pixels held out under its own protocol (full batch of the kept pixels, [-1, 1] targets,
     PyTorch's Adam at its rate, until its MSE 1e-5 on them or ``siren_steps``), with a render;
     ``siren-minibatch``: SIREN under the author's protocol; ``siren-fullbatch``: SIREN under its
-    own (full batch, [-1, 1], its photograph), until SIREN's MSE 1e-5 or ``siren_steps``.
+    own (full batch, [-1, 1], its photograph), until SIREN's MSE 1e-5 or ``siren_steps``;
+    ``ablation-<step>``: the forward ablation's steps; ``heldout_more-<mask>-<network>``: the script's
+    network and the rotated sin network as in ``heldout`` on each further held-out mask of
+    ``heldout_more`` (no render, no SIREN), for the generalisation claim.
     """
     coords, pixels = data(cfg)
     common = dict(batch_size=cfg.batch_size, device=device, compile=cfg.compile)
@@ -207,6 +213,24 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     out[f"siren-fullbatch-{seed}"] = siren_fullbatch
     for i in range(len(cfg.ablation) - 1):  # the last step is the Fig. 7 run
         out[f"ablation-{i}-{seed}"] = ablation_unit(cfg, i, seed, store, device)
+
+    def heldout_more(mask: int, name: str) -> Callable[[], dict[str, Any]]:
+        key = f"heldout_more-{mask}-{name}-{seed}"
+        plan = cfg.schedules["aggressive"]
+        spec, inputs = {"script": (script_spec(cfg), script_inputs),
+                        "sin_rotated": (figure_spec(cfg, "sin"), lambda: encoded(coords, cfg.width, True))}[name]
+
+        def compute() -> dict[str, Any]:
+            held = heldout_pixels(pixels.shape[0], cfg.heldout_fraction, mask)
+            fit = fit_stack(layers(spec), [seed], inputs(), pixels, epochs=cfg.epochs["aggressive"], lr=plan["lr"],
+                            plateau=plan["plateau"], heldout=held, checkpoint=store.scratch(key), desc=key, **common)[0]
+            return {"heldout_seed": mask, "fraction": cfg.heldout_fraction, "fit": fit.to_json()}
+
+        return compute
+
+    for mask in cfg.heldout_more:
+        for name in SBSNN_HELDOUT:
+            out[f"heldout_more-{mask}-{name}-{seed}"] = heldout_more(mask, name)
     return out
 
 
@@ -383,7 +407,8 @@ def units_keys(cfg, seed: int) -> list[str]:
     """The journal keys of :func:`units`, in its order."""
     return ([f"readme-aggressive-{seed}"] + [f"fig7-{a}-{seed}" for a in cfg.activations]
             + [f"heldout-{seed}", f"heldout_siren-{seed}", f"siren-minibatch-{seed}", f"readme-less_aggressive-{seed}",
-               f"siren-fullbatch-{seed}"] + [f"ablation-{i}-{seed}" for i in range(len(cfg.ablation) - 1)])
+               f"siren-fullbatch-{seed}"] + [f"ablation-{i}-{seed}" for i in range(len(cfg.ablation) - 1)]
+            + [f"heldout_more-{mask}-{name}-{seed}" for mask in cfg.heldout_more for name in SBSNN_HELDOUT])
 
 
 def axes(fit: EpochCurves, db: float, which: str) -> dict[str, float | None]:
@@ -443,9 +468,15 @@ def summary(cfg, units_done: Mapping[str, Any], seed: int) -> dict[str, Any]:
                                    "seconds": siren_full["seconds"]}
     heldout = units_done.get(f"heldout-{seed}")
     siren_own = units_done.get(f"heldout_siren-{seed}")
+    more = []
+    for mask in cfg.heldout_more:
+        keys = {name: f"heldout_more-{mask}-{name}-{seed}" for name in SBSNN_HELDOUT}
+        if all(key in units_done for key in keys.values()):  # a mask counts once both networks are fitted
+            more.append(heldout_summary(cfg, {"heldout_seed": mask, "fraction": cfg.heldout_fraction,
+                                              "fits": {name: units_done[key]["fit"] for name, key in keys.items()}}))
     return {"side": cfg.side, "seed": seed, "rows": rows,
             "heldout": heldout_summary(cfg, heldout, siren_own) if heldout else None,
-            "ablation": ablation_summary(cfg, units_done, seed)}
+            "heldout_more": more, "ablation": ablation_summary(cfg, units_done, seed)}
 
 
 def ablation_fits(cfg, units_done: Mapping[str, Any], seed: int) -> dict[int, EpochCurves]:
@@ -482,7 +513,7 @@ def heldout_summary(cfg, unit: Mapping[str, Any], siren_own: Mapping[str, Any] |
     _, pixels = data(cfg)
     held = heldout_pixels(pixels.shape[0], unit["fraction"], unit["heldout_seed"])
     image = pixels.reshape(cfg.side, cfg.side).double().numpy()
-    out = {"networks": {}, "interpolation": interpolation_psnr(image, held.numpy()),
+    out = {"heldout_seed": unit["heldout_seed"], "networks": {}, "interpolation": interpolation_psnr(image, held.numpy()),
            "kept_pixels": int(pixels.shape[0] - held.numel())}
     fits = {**unit["fits"], **({"siren_own": siren_own["fit"]} if siren_own else {})}
     for name, data_ in fits.items():
@@ -595,12 +626,11 @@ _WRITTEN_AFTER = ("Written for issue #28 after the paper-scale units it judges w
                   "refers to the re-assembly, not to the computation.")
 """The note of a claim written after the units it judges."""
 
-HELDOUT_MASKS = [CONFIG["paper"]["heldout_seed"]]
-"""The held-out masks (their seeds) of the paper-scale run: one so far."""
+GENERALISATION_MASKS = 3
+"""The fewest held-out masks on which the generalisation claim is decided; with fewer it is inconclusive."""
 
-SBSNN_HELDOUT = ["script", "sin_rotated"]
-"""The fitted SBSNN networks of the held-out unit."""
-
+HELDOUT_MASKS = [CONFIG["paper"]["heldout_seed"], *CONFIG["paper"]["heldout_more"]]
+"""The held-out masks (their seeds) of the paper-scale run."""
 
 def _passes_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     siren = same_image_siren(payload)
@@ -620,20 +650,28 @@ def _passes_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     return measured, verdict
 
 
+def heldout_intervals(payload: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], dict[str, tuple]]:
+    """The held-out masks of ``payload`` and, per fitted SBSNN network, its held-out PSNR minus linear
+    interpolation's, paired over the masks: ``(mean, low, high)`` of ``gmp.results.paired_interval``."""
+    masks = [payload["heldout"], *payload.get("heldout_more", [])]
+    return masks, {name: paired_interval([m["networks"][name]["heldout_psnr"] - m["interpolation"]["linear"]
+                                          for m in masks]) for name in SBSNN_HELDOUT}
+
+
 def _generalises_check(payload: Mapping[str, Any]) -> tuple[str, str]:
-    masks = [payload["heldout"]]
-    intervals = {}
-    for name in SBSNN_HELDOUT:
-        intervals[name] = paired_interval([m["networks"][name]["heldout_psnr"] - m["interpolation"]["linear"]
-                                           for m in masks])
+    masks, intervals = heldout_intervals(payload)
     held = masks[0]
     measured = (f"{len(masks)} held-out mask{'s' if len(masks) != 1 else ''}: held-out PSNR minus linear "
-                "interpolation's: " + ", ".join(f"{HELDOUT_NETS[k][1]} {mean:+.1f} dB" for k, (mean, _, _) in
-                                                intervals.items())
-                + f" (linear {held['interpolation']['linear']:.1f}, nearest {held['interpolation']['nearest']:.1f}, "
+                "interpolation's: " + ", ".join(f"{HELDOUT_NETS[k][1]} {mean:+.1f} dB" + (
+                    f" (95% interval {low:+.1f} to {high:+.1f})" if math.isfinite(low) else "")
+                    for k, (mean, low, high) in intervals.items())
+                + f" (mask {held['heldout_seed']}: linear "
+                  f"{held['interpolation']['linear']:.1f}, nearest {held['interpolation']['nearest']:.1f}, "
                   f"cubic {held['interpolation']['cubic']:.1f} dB"
                 + (f"; SIREN, its own protocol, {held['networks']['siren_own']['heldout_psnr']:.1f} dB"
                    if "siren_own" in held["networks"] else "") + ")")
+    if len(masks) < GENERALISATION_MASKS:
+        return measured + f"; fewer than {GENERALISATION_MASKS} masks", INCONCLUSIVE
     above = all(low > 0 for _, low, _ in intervals.values())
     below = all(high < 0 for _, _, high in intervals.values())
     return measured, REPRODUCED if above else NOT_REPRODUCED if below else PARTLY
@@ -735,11 +773,10 @@ CLAIMS = [
                                 "them. Per network, its held-out PSNR minus linear interpolation's, paired over the "
                                 "held-out masks, with its 95% Student-t interval (gmp.results.paired_interval): "
                                 "reproduced if every network's interval lies above 0; not reproduced (they memorise) if "
-                                "every network's lies below 0; else partly. With one mask the interval is unbounded, so "
-                                "the verdict is inconclusive until at least 3 masks have run",
+                                "every network's lies below 0; else partly. With fewer than 3 masks the verdict is "
+                                "inconclusive (with one the interval is unbounded)",
           check=_generalises_check, test=PowerTest("t", len(HELDOUT_MASKS)),
-          note=f"Rests on {len(HELDOUT_MASKS)} held-out mask (seed {', '.join(map(str, HELDOUT_MASKS))}); the fits of "
-               f"the held-out unit on two more masks would decide it. {_WRITTEN_AFTER}"),
+          note=f"Held-out masks of the paper-scale run: seeds {', '.join(map(str, HELDOUT_MASKS))}. {_WRITTEN_AFTER}"),
 ]
 
 
@@ -916,6 +953,9 @@ def plot_axes(rows: Mapping[str, Mapping[str, EpochCurves]]):
     return fig
 
 
+SBSNN_HELDOUT = ["script", "sin_rotated"]
+"""The fitted SBSNN networks of the held-out units."""
+
 HELDOUT_NETS = {
     "script": ("author's script network (rotated encoder)", "author's script network", "the script's network"),
     "sin_rotated": ("√2 sin(x + π/4), rotated encoder", "√2 sin, rotated encoder", "the rotated-encoder sin network"),
@@ -1025,14 +1065,36 @@ def memorisation_reading(held: Mapping[str, Any] | None) -> str:
     linear = held["interpolation"]["linear"]
     nets = {k: held["networks"][k]["heldout_psnr"] for k in ("script", "sin_rotated") if k in held["networks"]}
     below = [k for k, v in nets.items() if v < linear]
-    verdict = ("every fitted SBSNN network falls below linear interpolation of the kept pixels: by the rule, "
-               "they memorise" if len(below) == len(nets) else
-               "not every fitted SBSNN network falls below linear interpolation of the kept pixels")
+    verdict = ("every fitted SBSNN network falls below linear interpolation of the kept pixels on this mask"
+               if len(below) == len(nets) else
+               "not every fitted SBSNN network falls below linear interpolation of the kept pixels on this mask")
     own = held["networks"].get("siren_own")
     siren = "" if own is None else (f"; SIREN under its own protocol reaches {own['heldout_psnr']:.1f} dB, "
                                     + ("above" if own["heldout_psnr"] > linear else "not above") + " it")
     return (", ".join(f"{HELDOUT_NETS[k][2]} {v:.1f} dB" for k, v in nets.items())
             + f" on the held-out pixels against linear interpolation's {linear:.1f} dB: {verdict}{siren}")
+
+
+def generalisation_reading(payload: Mapping[str, Any] | None) -> str:
+    """The generalisation claim's numbers as prose: per fitted SBSNN network, its held-out PSNR minus linear
+    interpolation's over the held-out masks (:func:`heldout_intervals`), and what the rule makes of them."""
+    if not (payload or {}).get("heldout"):
+        return "The held-out fits have not run yet."
+    masks, intervals = heldout_intervals(payload)
+    seeds = ", ".join(str(m["heldout_seed"]) for m in masks)
+    if len(masks) < GENERALISATION_MASKS:
+        return (f"This rests on {len(masks)} held-out mask{'s' if len(masks) != 1 else ''} (seed {seeds}): the "
+                f"generalisation claim is inconclusive until the fits have run on at least {GENERALISATION_MASKS}.")
+    parts = ", ".join(f"{HELDOUT_NETS[k][2]} {mean:+.1f} dB (95% interval {low:+.1f} to {high:+.1f})"
+                      for k, (mean, low, high) in intervals.items())
+    if all(high < 0 for _, _, high in intervals.values()):
+        verdict = "every network lies below linear interpolation beyond noise: by the rule, they memorise"
+    elif all(low > 0 for _, low, _ in intervals.values()):
+        verdict = "every network lies above linear interpolation beyond noise: by the rule, they represent the image"
+    else:
+        verdict = "the intervals do not put every network on one side of linear interpolation"
+    return (f"Over {len(masks)} held-out masks (seeds {seeds}), held-out PSNR minus linear interpolation's: "
+            f"{parts}; {verdict}.")
 
 
 def readme_reading(payload: Mapping[str, Any] | None) -> str:
