@@ -124,7 +124,7 @@ def table_frame(live: Mapping[str, Any], cached: Mapping[str, Any] | None):
 
 
 SEEDS = len(CONFIG["paper"]["seeds"])
-"""The seeds per variant of the paper-scale run: the pairs of every comparison of the claim."""
+"""How many seeds each variant of the paper-scale run has, so how many pairs every comparison of the claim has."""
 
 
 def seed_accuracies(payload: Mapping[str, Any], variant: str, metric: str) -> list[float]:
