@@ -19,11 +19,17 @@ under ``OUT`` even when a step fails:
    group has finished; epochs of a group cut short by the deadline go to
    ``OUT/lu_real/unfinished-<scale>.jsonl``, labelled, and never into the journal (their
    checkpoints do not come back, so they could not be continued).
-4. ``OUT/summary.json``: what ran, in which mode (CUDA graph or eager), the measured step
-   times and the minutes per group.
+4. With the time the group leaves (and ``--units-seconds`` kept for it), a second job: the
+   units of Part III's paper-scale runs that neither the repository's journal nor its current
+   cache holds (:data:`UNIT_CHAPTERS`; the seeds, masks and ablation arms the CPU cannot
+   afford), each computed whole by the chapter's ``units`` in its order, in a child process
+   stopped at the deadline, journalled under ``OUT/<chapter>/_partial/``.
+5. ``OUT/summary.json``: what ran, in which mode (CUDA graph or eager), the measured step
+   times and the minutes per group, and the units computed.
 
-``python -m gmp.gpu merge OUT`` adds the networks of a returned journal to the repository's
-journal (``book/_results/lu_real/_partial/``), refusing another config's. The same command
+``python -m gmp.gpu merge OUT`` adds the networks of a returned ``lu_real`` journal and the
+units of the other returned journals to the repository's journals
+(``book/_results/<chapter>/_partial/``), refusing another config's. The same command
 runs on a CPU at smoke scale (``--device cpu --scale smoke``), which the test suite does.
 """
 
@@ -47,7 +53,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["main", "chapter_code", "next_group", "load_group", "train_group", "merge"]
+__all__ = ["main", "chapter_code", "next_group", "load_group", "train_group", "missing_units", "compute_units",
+           "merge", "UNIT_CHAPTERS"]
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -372,6 +379,108 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
     return summary
 
 
+UNIT_CHAPTERS: tuple[str, ...] = ("sbsnn_author",)
+"""The chapters whose missing paper-scale units the second job computes, in this order."""
+
+
+def missing_units(chapter: str, scale: str, seed: int = 0) -> list[str]:
+    """The keys of ``chapter``'s units at ``scale`` (its ``units_keys``, in order) that neither the
+    repository's journal of the current config nor its current cache (``units.jsonl.gz``) holds."""
+    import gzip
+    import importlib
+
+    from gmp import config, results
+
+    experiment = importlib.import_module(f"gmp.experiments.{chapter}")
+    cfg = config.load(chapter, scale)
+    have = set(results.journal_units(results.journal_path(chapter, scale, cfg.digest)))
+    root = results.results_root()
+    cache = root / chapter / scale / "units.jsonl.gz" if root else None
+    if cache is not None and cache.is_file() and results.cached(chapter, results._claims_of(chapter)[0].result,
+                                                                  scale).current:
+        have |= {json.loads(line)["key"] for line in gzip.decompress(cache.read_bytes()).decode().splitlines() if line}
+    return [key for key in experiment.units_keys(cfg, seed) if key not in have]
+
+
+def compute_units(out: Path, chapter: str, scale: str, device: str, deadline: float, seed: int = 0) -> dict[str, Any]:
+    """Compute ``chapter``'s :func:`missing_units` on ``device`` until ``deadline`` (monotonic s), each
+    journalled whole under ``out/<chapter>/_partial/`` as it finishes (a unit is not started when the
+    slowest so far would not end by the deadline), with what was done in ``out/<chapter>/units.json``
+    after each unit. Meant for a child process that the caller stops at the deadline: a unit cut
+    short is lost, never journalled in part."""
+    import importlib
+
+    from gmp import config, results
+
+    experiment = importlib.import_module(f"gmp.experiments.{chapter}")
+    cfg = config.load(chapter, scale)
+    keys = missing_units(chapter, scale, seed)
+    summary: dict[str, Any] = {"scale": scale, "config_digest": cfg.digest, "pending": keys, "done": {}}
+    staging = out / chapter / f".staging-{scale}"
+    report = out / chapter / "units.json"
+    previous = os.environ.get(results.STAGING_ENV)
+    os.environ[results.STAGING_ENV] = str(staging)
+    try:
+        store = results.Store(chapter, cfg)
+        units = experiment.units(cfg, store, seed, device)
+        slowest = 0.0
+        _write_json(report, summary)
+        for key in keys:
+            if time.monotonic() + slowest > deadline:
+                summary["stopped"] = f"{key}: the slowest unit so far ({slowest:.0f} s) would end past the deadline"
+                break
+            started = time.monotonic()
+            store.memo(key, units[key])
+            slowest = max(slowest, time.monotonic() - started)
+            summary["done"][key] = round(time.monotonic() - started, 1)
+            _write_json(report, summary)
+            print(f"  {chapter} {key}: {summary['done'][key]:.0f} s", flush=True)
+    finally:
+        if previous is None:
+            os.environ.pop(results.STAGING_ENV, None)
+        else:
+            os.environ[results.STAGING_ENV] = previous
+        shutil.rmtree(staging, ignore_errors=True)  # at most 8 files come back from a GPU machine
+    _write_json(report, summary)
+    return summary
+
+
+def units_job(out: Path, chapters: Sequence[str], scale: str, device: str, deadline: float, seed: int) -> dict[str, Any]:
+    """:func:`compute_units` of each chapter in a child process stopped at ``deadline``; what each did."""
+    done: dict[str, Any] = {}
+    for chapter in chapters:
+        seconds = deadline - time.monotonic()
+        if seconds < 60:
+            done[chapter] = {"status": f"{max(seconds, 0):.0f} s left: not started"}
+            continue
+        report = out / chapter / "units.json"
+        command = [sys.executable, "-m", "gmp.gpu", "units", str(out), chapter, "--scale", scale, "--device", device,
+                   "--seconds", str(seconds), "--seed", str(seed)]
+        try:
+            child = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 10, cwd=ROOT)
+            done[chapter] = {"returncode": child.returncode, "log": (child.stdout + child.stderr)[-2000:]}
+        except subprocess.TimeoutExpired as stopped:
+            log = "".join(part.decode(errors="replace") if isinstance(part, bytes) else part
+                          for part in (stopped.stdout or "", stopped.stderr or ""))
+            done[chapter] = {"status": "stopped at the deadline", "log": log[-2000:]}
+        if report.is_file():
+            done[chapter].update(json.loads(report.read_text()))
+        _keep_journals(out / chapter)
+    return done
+
+
+def _keep_journals(folder: Path) -> None:
+    """Remove from ``folder`` all but its journals (``_partial/*.jsonl``): a child stopped at the deadline
+    leaves its bookkeeping, locks and checkpoints behind, and at most 8 files come back from a GPU machine."""
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_file() and not (path.parent == folder / "_partial" and path.suffix == ".jsonl"):
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+
+
 def _whole(entries: Sequence[Mapping[str, Any]], epochs: int) -> bool:
     """Whether a network's journal entries (epochs 1, 2, ... in order) are a whole run: all
     ``epochs`` epochs, or every epoch up to one that diverged and only after-divergence ones after it."""
@@ -382,25 +491,60 @@ def _whole(entries: Sequence[Mapping[str, Any]], epochs: int) -> bool:
     return len(values) == epochs and (diverged is None or all(v.get("after_divergence") for v in values[diverged + 1:]))
 
 
-def merge(out: Path, results_root: Path | None = None) -> list[str]:
-    """Add the networks journalled under ``out/lu_real/_partial/`` to the journal of the same name
-    in ``results_root`` (default: the repository's ``book/_results``) under ``lu_real/_partial/``.
+def _append_entries(target: Path, lines: Sequence[Mapping[str, Any]]) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a+b") as handle:
+        text = "\n".join(json.dumps(entry) for entry in lines)
+        if handle.seek(0, os.SEEK_END):
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                text = "\n" + text  # end a line an interrupted write cut short
+        handle.write((text + "\n").encode())
 
-    Only whole networks are added (``_whole``); a network that already has an entry there is
-    left out whole, so that two runs are never spliced into one trajectory. Refuses a journal of
-    another config. Returns the keys added."""
-    from gmp import config, results
+
+def _journal_config(path: Path, chapter: str) -> Any:
+    """The config of ``chapter`` that the returned journal ``path`` (``<scale>-<digest>.jsonl``) was
+    written for; a ValueError when it is not today's."""
+    from gmp import config
+
+    scale, digest = path.stem.split("-", 1)
+    cfg = config.load(chapter, scale)
+    if digest != cfg.digest:
+        raise ValueError(f"{path} was written for config {digest}, but {chapter}'s {scale} config is now "
+                         f"{cfg.digest}: its units were computed under other settings and cannot join this run")
+    return cfg
+
+
+def merge(out: Path, results_root: Path | None = None) -> list[str]:
+    """Add the units journalled under ``out/<chapter>/_partial/`` to the journal of the same name in
+    ``results_root`` (default: the repository's ``book/_results``) under ``<chapter>/_partial/``.
+
+    For ``lu_real`` only whole networks are added (``_whole``), and a network that already has an
+    entry there is left out whole, so that two runs are never spliced into one trajectory; for the
+    other chapters each unit is whole by itself and is added unless its key is there already.
+    Refuses a journal of another config. Returns the keys added."""
+    from gmp import results
 
     root = results_root if results_root is not None else results.results_root()
     if root is None:
         raise ValueError("no results folder: run from a clone of the book's repository or set GMP_RESULTS")
     added = []
+    for path in sorted(out.glob("*/_partial/*.jsonl")):
+        chapter = path.parent.parent.name
+        if chapter == "lu_real":
+            continue
+        _journal_config(path, chapter)
+        target = root / chapter / "_partial" / path.name
+        present = set(results.journal_units(target))
+        lines = [e for e in results.journal_entries(path) if e["key"] not in present]
+        for entry in results.journal_entries(path):
+            if entry["key"] in present:
+                print(f"  {chapter} {entry['key']}: already in {target.name}, left out", flush=True)
+        if lines:
+            _append_entries(target, results.with_code(lines, results.journal_entries(path)))
+            added += [e["key"] for e in lines]
     for path in sorted((out / "lu_real" / "_partial").glob("*.jsonl")):
-        scale, digest = path.stem.split("-", 1)
-        cfg = config.load("lu_real", scale)
-        if digest != cfg.digest:
-            raise ValueError(f"{path} was written for config {digest}, but lu_real's {scale} config is now "
-                             f"{cfg.digest}: its networks were trained under other settings and cannot join this run")
+        cfg = _journal_config(path, "lu_real")
         target = root / "lu_real" / "_partial" / path.name
         present = {key.rsplit("/", 1)[0] for key in results.journal_units(target)}
         networks: dict[str, list[dict[str, Any]]] = {}
@@ -415,28 +559,31 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
                 print(f"  {network}: not a whole run ({len(entries)} entries), left out", flush=True)
             else:
                 lines += entries
-        if not lines:
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "a+b") as handle:
-            text = "\n".join(json.dumps(entry) for entry in lines)
-            if handle.seek(0, os.SEEK_END):
-                handle.seek(-1, os.SEEK_END)
-                if handle.read(1) != b"\n":
-                    text = "\n" + text  # end a line an interrupted write cut short
-            handle.write((text + "\n").encode())
-        added += [e["key"] for e in lines]
+        if lines:
+            _append_entries(target, lines)
+            added += [e["key"] for e in lines]
     return added
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["units"]:
+        parser = argparse.ArgumentParser(prog="python -m gmp.gpu units", description=compute_units.__doc__.split("\n")[0])
+        parser.add_argument("out", type=Path)
+        parser.add_argument("chapter", choices=UNIT_CHAPTERS)
+        parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
+        parser.add_argument("--device", default="cuda")
+        parser.add_argument("--seconds", type=float, required=True, help="time until the deadline")
+        parser.add_argument("--seed", type=int, default=0)
+        args = parser.parse_args(argv[1:])
+        compute_units(args.out, args.chapter, args.scale, args.device, time.monotonic() + args.seconds, args.seed)
+        return 0
     if argv[:1] == ["merge"]:
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu merge", description=merge.__doc__.split("\n")[0])
         parser.add_argument("out", type=Path)
         args = parser.parse_args(argv[1:])
         added = merge(args.out)
-        print(f"added {len(added)} journal entries ({len({k.rsplit('/', 1)[0] for k in added})} networks)")
+        print(f"added {len(added)} journal entries")
         return 0
     parser = argparse.ArgumentParser(prog="python -m gmp.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the folder whose contents come back (e.g. $OUT)")
@@ -448,6 +595,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-smoke", action="store_true")
     parser.add_argument("--chapters", nargs="+", default=None, help="smoke only these chapters (default: all)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--units-seconds", type=float, default=0.0,
+                        help="seconds kept from the lu_real group for the Part III units (default 0: what it leaves)")
+    parser.add_argument("--units", nargs="*", default=list(UNIT_CHAPTERS), choices=UNIT_CHAPTERS,
+                        help="chapters of the second job (default: all of UNIT_CHAPTERS; none to skip it)")
     args = parser.parse_args(argv)
     begin = time.monotonic()
     deadline = begin + args.seconds - 30  # room to write the journal (one write) and the summary
@@ -480,9 +631,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         _write_json(out / "summary.json", summary)
     if group is not None:
         try:
-            summary["lu_real"] = train_group(out, cfg, args.device, deadline, args.seed, args.networks, group)
+            summary["lu_real"] = train_group(out, cfg, args.device, deadline - args.units_seconds, args.seed,
+                                             args.networks, group)
         except Exception:
             summary["lu_real"] = {"error": traceback.format_exc()[-3000:]}
+        _write_json(out / "summary.json", summary)
+    if args.units:
+        try:
+            summary["units"] = units_job(out, args.units, args.scale, args.device, deadline, args.seed)
+        except Exception:
+            summary["units"] = {"error": traceback.format_exc()[-3000:]}
     summary["seconds"] = round(time.monotonic() - begin, 1)
     _write_json(out / "summary.json", summary)
     print(json.dumps({k: v for k, v in summary.items() if k != "environment"}, indent=1, default=str), flush=True)

@@ -202,7 +202,8 @@ def test_chapter_code_runs_without_papermill_or_ipython_magics(root):
 
 def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, root):
     """``python -m gmp.gpu OUT --device cpu --scale smoke``: one chapter's code, then the next
-    group of lu_real's smoke run journalled whole; ``merge`` adds it to a repository's journal."""
+    group of lu_real's smoke run journalled whole, then the Part III units; ``merge`` adds both to a
+    repository's journals."""
     from gmp import results
 
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
@@ -221,11 +222,14 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     assert all(e["value"]["device"] == "cpu" and e["value"]["stacked"] == 4 for e in entries)
     assert set(run["probe_ms_per_step"]) == {"1", "4"}  # one network first, then all four (JSON keys)
     assert results.STAGING_ENV not in os.environ  # set for the journal's write only
+    units = summary["units"]["sbsnn_author"]  # the second job, with the time the group left
+    assert units["returncode"] == 0 and units["done"] and list(units["done"]) == units["pending"], units
+    part3 = gmp.load_config("sbsnn_author", "smoke").digest
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert files == ["gpu.json", f"lu_real/_partial/smoke-{gmp.load_config('lu_real', 'smoke').digest}.jsonl",
-                     "smoke.jsonl", "summary.json"]  # at most 8 files come back from a GPU machine
+    assert files == ["gpu.json", f"lu_real/_partial/smoke-{cfg.digest}.jsonl", "sbsnn_author/_partial/"
+                     f"smoke-{part3}.jsonl", "smoke.jsonl", "summary.json"]  # at most 8 files come back
     added = gpu.merge(out, tmp_path / "repo")
-    assert len(added) == 4 and gpu.merge(out, tmp_path / "repo") == []
+    assert len(added) == 4 + len(units["done"]) and gpu.merge(out, tmp_path / "repo") == []
     (out / "lu_real" / "_partial" / "smoke-0000000000000000.jsonl").write_text(journal.read_text())
     with pytest.raises(ValueError, match="written for config 0000000000000000"):
         gpu.merge(out, tmp_path / "repo")
@@ -259,6 +263,35 @@ def test_merge_adds_whole_networks_only_and_never_splices_two_runs(tmp_path, mon
     assert gpu.merge(tmp_path / "out", tmp_path / "repo") == [lu_real.epoch_key("digits", "ReLU", 0, 1)]
     assert [e["seconds"] for e in results.journal_entries(target)] == [2.0, 1.0]
     assert gpu._whole(_entries("ReLU", 3, diverged_at=2), 3) and not gpu._whole(_entries("ReLU", 2), 3)
+
+
+def test_the_second_job_journals_the_missing_part3_units_whole_and_merge_adds_only_new_ones(tmp_path, monkeypatch):
+    """``python -m gmp.gpu``'s second job: the Part III units that neither the repository's journal nor its
+    cache holds, computed in a child process; only the journal comes back, and merging it twice adds nothing
+    the second time. A journal of another config is refused."""
+    import time
+
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    cfg = gmp.load_config("sbsnn_author", "smoke")
+    keys = gpu.missing_units("sbsnn_author", "smoke")
+    journal = tmp_path / "repo" / "sbsnn_author" / "_partial" / f"smoke-{cfg.digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text(json.dumps({"key": keys[0], "value": {"from": "the repository"}}) + "\n")
+    assert gpu.missing_units("sbsnn_author", "smoke") == keys[1:]
+    done = gpu.units_job(tmp_path / "out", ["sbsnn_author"], "smoke", "cpu", time.monotonic() + 300, 0)["sbsnn_author"]
+    assert done["returncode"] == 0 and list(done["done"]) == keys[1:], done.get("log")
+    returned = [p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert returned == [f"sbsnn_author/_partial/smoke-{cfg.digest}.jsonl"]
+    assert gpu.merge(tmp_path / "out") == keys[1:]
+    assert gpu.missing_units("sbsnn_author", "smoke") == [] and gpu.merge(tmp_path / "out") == []
+    assert results.journal_units(journal)[keys[0]] == {"from": "the repository"}
+    stale = tmp_path / "out" / "sbsnn_author" / "_partial" / "smoke-0000000000000000.jsonl"
+    stale.write_text("")
+    with pytest.raises(ValueError, match="other settings"):
+        gpu.merge(tmp_path / "out")
 
 
 def test_store_record_journals_many_units_in_one_write_as_memo_journals_one(tmp_path, monkeypatch):
