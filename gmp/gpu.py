@@ -21,7 +21,7 @@ under ``OUT`` even when a step fails:
    checkpoints do not come back, so they could not be continued).
 4. With the time the group leaves (and ``--units-seconds`` kept for it), a second job: the
    units of Part III's paper-scale runs that neither the repository's journal nor its current
-   cache holds (:data:`UNIT_CHAPTERS`; the seeds, masks and ablation arms the CPU cannot
+   cache holds (``UNIT_CHAPTERS``; the seeds, masks and ablation arms the CPU cannot
    afford), each computed whole by the chapter's ``units`` in its order, in a child process
    stopped at the deadline, journalled under ``OUT/<chapter>/_partial/``.
 5. ``OUT/summary.json``: what ran, in which mode (CUDA graph or eager), the measured step

@@ -25,7 +25,12 @@ MALFORMED = (KeyError, IndexError, TypeError, AttributeError)
 """What a claim's rule raises on a payload that lacks what it reads or holds it in another form."""
 
 PROVISIONAL = "provisional"
-"""How the ledger marks a verdict judged on an unfinished run, which the units still to come may change."""
+"""How the ledger marks a verdict judged on an unfinished run, which the units still to come may change, or one
+that its claim calls provisional (:attr:`gmp.results.Claim.provisional`, such as one seed of a thin margin)."""
+UNFINISHED_REASON = "judged on an unfinished run; the units still to come may change it"
+"""Why a verdict judged on an unfinished run is provisional."""
+TALLY_REASON = "judged on an unfinished run, or on too few seeds for its margin (each claim says which)"
+"""What a provisional count in the tallies stands for."""
 
 FIXED = "rule fixed before the run"
 """The rule's hash recorded with the paper-scale run matches today's rule's."""
@@ -63,7 +68,10 @@ class Judgement:
     verdict: str
     """The verdict of today's rule."""
     provisional: bool = False
-    """Judged on an unfinished run (:attr:`gmp.results.Claim.unfinished`)."""
+    """Judged on an unfinished run (:attr:`gmp.results.Claim.unfinished`), or on a finished one that the
+    claim calls provisional (:attr:`gmp.results.Claim.provisional`)."""
+    why_provisional: str = ""
+    """Why the verdict is provisional."""
     rule_status: str = ""
     """One of :data:`FIXED`, :data:`REVISED` and :data:`UNKNOWN`, or empty where no run was judged."""
     rule_note: str = ""
@@ -92,6 +100,12 @@ def _rule_status(claim: Claim, provenance: Mapping[str, Any]) -> tuple[str, str,
         when = (f"after the run ({date})" if date < claim.earlier.replaced else
                 f"after an earlier paper-scale run of this experiment; this run ({date}) came after the revision")
         return REVISED, f"RULE REVISED {when} by {claim.earlier.commits} ({claim.earlier.replaced}).{why}", True
+    carried = provenance.get("carried_units") if isinstance(provenance.get("carried_units"), dict) else {}
+    n_carried = sum(c.get("units", 0) for c in carried.values() if isinstance(c, dict))
+    if rules is not None and claim.key in rules and n_carried:
+        return UNKNOWN, (f"The hash of the rule recorded with the run ({date}) matches today's rule, but {n_carried} of "
+                         f"the run's units were carried over from earlier runs ({'; '.join(carried)}), computed "
+                         f"before it: whether the rule was fixed before those is unknown."), False
     if rules is not None and claim.key in rules:
         return FIXED, "The hash of the rule recorded with the run matches today's rule.", False
     if rules is not None:
@@ -129,12 +143,15 @@ def judge(chapter: str, claim: Claim) -> Judgement:
             return Judgement(claim, "—", NOT_RUN)
         measured, verdict, _ = _evaluate(claim, payload, "the journalled units are")
         return Judgement(claim, f"unfinished run: {measured}", verdict, provisional=verdict != CORRUPT,
-                         rule_status=UNKNOWN, rule_note="An unfinished run records no rule hashes.")
+                         why_provisional=UNFINISHED_REASON, rule_status=UNKNOWN,
+                         rule_note="An unfinished run records no rule hashes.")
     if entry.status in ("stale", "corrupt"):
         return Judgement(claim, "—", STALE if entry.status == "stale" else CORRUPT)
     status, note, earlier = _rule_status(claim, entry.provenance or {})
     measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
-    return Judgement(claim, measured, verdict, rule_status=status, rule_note=note, earlier=old)
+    provisional = bool(claim.provisional) and verdict in KIND_VERDICTS[claim.kind]
+    return Judgement(claim, measured, verdict, provisional=provisional, why_provisional=claim.provisional * provisional,
+                     rule_status=status, rule_note=note, earlier=old)
 
 
 def judged(chapter: str) -> list[Judgement]:
@@ -214,7 +231,7 @@ def _rule_html(claim: Claim) -> str:
 
 def _judgement_html(judgement: Judgement) -> str:
     """The verdict (marked provisional where it is), the rule's status and the earlier rule's verdict."""
-    out = _verdict_html(judgement.verdict, judgement.provisional)
+    out = _verdict_html(judgement.verdict, judgement.provisional, judgement.why_provisional)
     if judgement.rule_status:
         out += f'<br><small class="gmp-rule-status">{html.escape(judgement.rule_status)}</small>'
     if judgement.earlier is not None:
@@ -306,9 +323,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.split(":")[0].lower()).strip("-")
 
 
-def _verdict_html(verdict: str, provisional: bool = False) -> str:
-    mark = (f' <small class="gmp-provisional" title="judged on an unfinished run; the units still to come may '
-            f'change it">({PROVISIONAL})</small>') if provisional else ""
+def _verdict_html(verdict: str, provisional: bool = False, why: str = UNFINISHED_REASON) -> str:
+    mark = (f' <small class="gmp-provisional" title="{html.escape(why, quote=True)}">({PROVISIONAL})</small>'
+            if provisional else "")
     return f'<span class="verdict verdict-{_slug(verdict)}">{html.escape(verdict)}</span>{mark}'
 
 
@@ -327,7 +344,7 @@ def _summary_html(rows: list[dict[str, Any]], kind: str, source: str) -> str:
         bar = "".join(f'<span class="gmp-bar-segment verdict-{_slug(c)}{" gmp-provisional" * (PROVISIONAL in c)}" '
                       f'style="flex-grow: {n}" data-verdict="{_slug(c)}" data-count="{n}" '
                       f'title="{html.escape(c)}: {n}"></span>' for c, n in present)
-        words = ", ".join(f'{n} {_verdict_html(c.removesuffix(f" ({PROVISIONAL})"), PROVISIONAL in c)}'
+        words = ", ".join(f'{n} {_verdict_html(c.removesuffix(f" ({PROVISIONAL})"), PROVISIONAL in c, TALLY_REASON)}'
                           for c, n in present)
         lines.append(f'<tr data-paper="{_slug(paper_keys[paper])}" data-total="{total}"><th>{paper}</th>'
                      f'<td class="gmp-bar-cell"><span class="gmp-bar">{bar}</span></td>'
@@ -433,7 +450,7 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
         earlier = "" if j.earlier is None else (f'<small> (rule revised after the run; the rule in force at it '
                                                 f'gives {_verdict_html(j.earlier[1])})</small>')
         items.append(f'<li data-verdict="{_slug(j.verdict)}"><span class="gmp-verdict-cell">'
-                     f'{_verdict_html(j.verdict, j.provisional)}</span>'
+                     f'{_verdict_html(j.verdict, j.provisional, j.why_provisional)}</span>'
                      f'<span><a href="{ledger_href}#{claim_anchor(j.claim.key)}">{html.escape(short_text(j.claim))}</a>'
                      f'{labels.get(j.claim.source, "")}{earlier}{number}</span></li>')
     return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">Verdicts of this chapter '

@@ -1135,6 +1135,9 @@ class Claim:
     construction (structural) or the scale the claim holds at."""
     earlier: EarlierRule | None = None
     """The rule in force when the paper-scale run was made, where it was replaced after the run."""
+    provisional: str = ""
+    """Why a verdict on a finished run is still provisional (such as one seed, where the margin lies within
+    the spread of single runs): the ledger marks it so, with this reason, and counts it apart."""
 
     def __post_init__(self):
         if self.kind not in KIND_VERDICTS:

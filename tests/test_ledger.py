@@ -212,3 +212,29 @@ def test_every_rule_replaced_after_its_committed_run_shows_both_verdicts():
         if key not in replaced and row["verdict"] in (*results.VERDICTS, *results.IDENTITY_VERDICTS):
             assert row["rule_status"] in (ledger.FIXED, ledger.UNKNOWN), key
     assert rows["chen-banana-accuracy"]["rule_status"] == ledger.FIXED  # its cache records the rules it ran with
+
+
+def test_a_claim_called_provisional_is_marked_with_its_reason_and_counted_apart(chapter, tmp_path):
+    chapter.CLAIMS = [_claim(provisional="one seed; the margin lies within the spread of single runs")]
+    _publish(tmp_path, {"gap": 0.5})
+    [row] = ledger.ledger_rows()
+    assert row["provisional"] and row["category"] == f"{REPRODUCED} ({ledger.PROVISIONAL})"
+    assert 'title="one seed; the margin lies within the spread of single runs"' in row["Verdict"]
+    assert ledger.ledger_counts([row], row["kind"], "paper")[row["Paper"]][row["category"]] == 1
+    _publish(tmp_path, {"no gap": 0.5})  # a verdict the rule could not give is not provisional
+    [row] = ledger.ledger_rows()
+    assert row["verdict"] == results.CORRUPT and not row["provisional"]
+
+
+def test_a_rule_recorded_by_a_run_that_carried_units_is_not_called_fixed_before_them(chapter, tmp_path):
+    claim = chapter.CLAIMS[0]
+    _publish(tmp_path, {"gap": 0.5}, rules={claim.key: results.rule_digest(claim)})
+    [row] = ledger.ledger_rows()
+    assert row["rule_status"] == ledger.FIXED
+    path = tmp_path / "_results" / "fake_chapter" / "paper" / "provenance.json"
+    provenance = json.loads(path.read_text())
+    provenance["carried_units"] = {"the run of 2026-11-20": {"units": 3, "why": "unchanged settings", "code_recorded": 3}}
+    results.atomic_write_json(path, provenance)
+    [row] = ledger.ledger_rows()
+    assert row["rule_status"] == ledger.UNKNOWN
+    assert "3 of the run&#x27;s units were carried over from earlier runs (the run of 2026-11-20)" in row["Rule status"]
