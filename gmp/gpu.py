@@ -491,17 +491,6 @@ def _whole(entries: Sequence[Mapping[str, Any]], epochs: int) -> bool:
     return len(values) == epochs and (diverged is None or all(v.get("after_divergence") for v in values[diverged + 1:]))
 
 
-def _append_entries(target: Path, lines: Sequence[Mapping[str, Any]]) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "a+b") as handle:
-        text = "\n".join(json.dumps(entry) for entry in lines)
-        if handle.seek(0, os.SEEK_END):
-            handle.seek(-1, os.SEEK_END)
-            if handle.read(1) != b"\n":
-                text = "\n" + text  # end a line an interrupted write cut short
-        handle.write((text + "\n").encode())
-
-
 def _journal_config(path: Path, chapter: str) -> Any:
     """The config of ``chapter`` that the returned journal ``path`` (``<scale>-<digest>.jsonl``) was
     written for; a ValueError when it is not today's."""
@@ -541,7 +530,7 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
             if entry["key"] in present:
                 print(f"  {chapter} {entry['key']}: already in {target.name}, left out", flush=True)
         if lines:
-            _append_entries(target, results.with_code(lines, results.journal_entries(path)))
+            results.append_journal(target, [json.dumps(e) for e in results.with_code(lines, results.journal_entries(path))])
             added += [e["key"] for e in lines]
     for path in sorted((out / "lu_real" / "_partial").glob("*.jsonl")):
         cfg = _journal_config(path, "lu_real")
@@ -560,7 +549,7 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
             else:
                 lines += entries
         if lines:
-            _append_entries(target, lines)
+            results.append_journal(target, [json.dumps(e) for e in lines])
             added += [e["key"] for e in lines]
     return added
 

@@ -449,16 +449,7 @@ class Store:
                 self._codes_in_journal.add(code["digest"])
             lines.append(json.dumps(entry))
             self._journal[key] = json.loads(lines[-1])["value"]
-        text = "\n".join(lines)
-        self._journal_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._journal_path, "a+b") as handle:
-            if handle.seek(0, os.SEEK_END):
-                handle.seek(-1, os.SEEK_END)
-                if handle.read(1) != b"\n":
-                    text = "\n" + text  # end a line an interrupted write cut short, so it stays skipped alone
-            handle.write((text + "\n").encode())
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_journal(self._journal_path, lines)
 
     def cached(self, name: str, scale: str = "paper") -> Cached:
         return cached(self.chapter, name, scale)
@@ -720,10 +711,23 @@ def carry(chapter: str, scale: str, units: Mapping[str, Any], source: str, why: 
                 entry["modules"], entry["hash"], named = code["modules"], code.get("hash", "source"), True
         lines.append(json.dumps(entry))
     if lines:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as handle:
-            handle.write("\n".join(lines) + "\n")
+        append_journal(path, lines)
     return path
+
+
+def append_journal(path: Path, lines: Sequence[str]) -> None:
+    """Append the JSON ``lines`` to the journal ``path`` in one write and one fsync, first ending a line
+    that an interrupted write cut short, so that it stays skipped alone."""
+    text = "\n".join(lines)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        if handle.seek(0, os.SEEK_END):
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                text = "\n" + text
+        handle.write((text + "\n").encode())
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def carried_units(entries: list[dict[str, Any]]) -> dict[str, Any]:
