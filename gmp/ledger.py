@@ -149,8 +149,9 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         return Judgement(claim, "—", STALE if entry.status == "stale" else CORRUPT)
     status, note, earlier = _rule_status(claim, entry.provenance or {})
     measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
-    provisional = bool(claim.provisional) and verdict in KIND_VERDICTS[claim.kind]
-    return Judgement(claim, measured, verdict, provisional=provisional, why_provisional=claim.provisional * provisional,
+    why = claim.provisional(entry.payload) if callable(claim.provisional) else claim.provisional
+    provisional = bool(why) and verdict in KIND_VERDICTS[claim.kind]
+    return Judgement(claim, measured, verdict, provisional=provisional, why_provisional=why * provisional,
                      rule_status=status, rule_note=note, earlier=old)
 
 

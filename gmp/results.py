@@ -1141,7 +1141,9 @@ class Claim:
     """The rule in force when the paper-scale run was made, where it was replaced after the run."""
     provisional: str = ""
     """Why a verdict on a finished run is still provisional (such as one seed, where the margin lies within
-    the spread of single runs): the ledger marks it so, with this reason, and counts it apart."""
+    the spread of single runs): the ledger marks it so, with this reason, and counts it apart. It may also be a
+    function of the cached payload giving the reason, or "" once the payload decides the verdict (such as
+    when more seeds have run)."""
 
     def __post_init__(self):
         if self.kind not in KIND_VERDICTS:

@@ -148,17 +148,53 @@ class _NoStore:
 
 def test_the_reverse_ablation_runs_at_smoke_scale_and_pairs_its_arms_by_seed():
     cfg = gmp.load_config("sbsnn_author", "smoke")
-    units = experiment.reverse_units(cfg, _NoStore(), "cpu")
-    assert list(units) == [f"reverse-{arm}" for arm in range(len(experiment.REVERSE_ABLATION))]
-    done = {key: units[key]() for key in ("reverse-0", "reverse-1")}
-    assert done["reverse-1"]["seeds"] == experiment.REVERSE_SCALES["smoke"]["seeds"]
-    full = EpochCurves.from_json(done["reverse-1"]["fits"][0])
-    assert full.updates_per_epoch == 1 and len(full.train_mse) == experiment.REVERSE_SCALES["smoke"]["epochs"]
-    rows = experiment.reverse_summary(done)
+    units = experiment.units(cfg, _NoStore(), 0, "cpu")
+    assert list(units) == experiment.units_keys(cfg, 0)
+    assert [k for k in units if k.startswith("reverse-")] == [f"reverse-{arm}-0" for arm in range(1, len(cfg.reverse))]
+    done = {key: units[key]() for key in ("fig7-sin-0", "seeds-fig7-sin-0", "reverse-1-0")}
+    assert done["reverse-1-0"]["seeds"] == cfg.reverse_seeds == [0] + done["seeds-fig7-sin-0"]["seeds"]
+    full = EpochCurves.from_json(done["reverse-1-0"]["fits"][0])
+    assert full.updates_per_epoch == 1 and len(full.train_mse) == cfg.epochs["aggressive"]
+    rows = experiment.reverse_summary(cfg, done, 0)
     assert [r["arm"] for r in rows] == [0, 1] and "difference" not in rows[0]
-    mean, low, high = rows[1]["difference"]
-    assert math.isclose(mean, rows[1]["final_psnr"][0] - rows[0]["final_psnr"][0]) and (low, high) == (-math.inf,
-                                                                                                     math.inf)
+    authors = [EpochCurves.from_json(done["fig7-sin-0"]["rotated"]), EpochCurves.from_json(done["seeds-fig7-sin-0"]["fits"][0])]
+    assert rows[0]["final_psnr"] == [float(f.psnr("train")[-1]) for f in authors], "arm 0 is Fig. 7's rotated sin network"
+    differences = [a - b for a, b in zip(rows[1]["final_psnr"], rows[0]["final_psnr"])]
+    assert rows[1]["difference"] == experiment.paired_interval(differences)
+    assert experiment.reverse_summary(cfg, {k: v for k, v in done.items() if k != "seeds-fig7-sin-0"}, 0)[0]["arm"] == 1
+
+
+def _seed_payload(row, bests, key="best_epoch_psnr"):
+    return {"rows": {}, "seeds": {row: [{"seed": s, key: b} for s, b in enumerate(bests)]}}
+
+
+def test_a_thin_margin_verdict_is_decided_over_five_seeds_by_its_interval():
+    claim = _claims()["sbsnn-readme-aggressive"]
+    decided = _seed_payload("script/aggressive", [61.4, 62.0, 60.9, 61.8, 62.3])
+    assert claim.evaluate(decided)[1] == "reproduced" and not claim.provisional(decided)
+    assert claim.evaluate(_seed_payload("script/aggressive", [61.4, 55.0, 64.0, 58.0, 60.5]))[1] == "inconclusive"
+    assert claim.evaluate(_seed_payload("script/aggressive", [55.0, 54.0, 56.0, 55.5, 54.5]))[1] == "partly"
+    assert claim.evaluate(_seed_payload("script/aggressive", [45.0, 44.0, 46.0, 45.5, 44.5]))[1] == "not reproduced"
+    four = {"rows": {"script/aggressive": {"reach_readme": {"epoch": {"epochs": 81}}, "best_epoch_psnr": 61.4,
+                                           "best_train_psnr": 61.4, "epochs": 100}},
+            "seeds": {"script/aggressive": [{"seed": s, "best_epoch_psnr": 61.0} for s in range(4)]}}
+    measured, verdict = claim.evaluate(four)
+    assert measured.startswith(experiment.ONE_SEED) and verdict == "reproduced" and claim.provisional(four)
+    assert claim.test.n == experiment.SEEDS_TO_DECIDE == 5
+
+
+def test_the_family_verdict_over_seeds_needs_every_network_decided():
+    claim = _claims()["sbsnn-fig7-100-siren-scale"]
+
+    def payload(**means):
+        return {"rows": {}, "seeds": {f"{a}/rotated": [{"seed": s, "best_train_psnr": m + d} for s, d in
+                                                       enumerate([-0.2, 0.1, 0.0, 0.2, -0.1])] for a, m in means.items()}}
+
+    assert claim.evaluate(payload(sin=60, triangle=58, abs_sin=57))[1] == "reproduced"
+    assert claim.evaluate(payload(sin=50, triangle=51, abs_sin=52))[1] == "not reproduced"
+    assert claim.evaluate(payload(sin=60, triangle=50, abs_sin=57))[1] == "partly"
+    assert claim.evaluate(payload(sin=60, triangle=56.02, abs_sin=57))[1] == "inconclusive"
+    assert claim.provisional(payload(sin=60, triangle=58)) and not claim.provisional(payload(sin=60, triangle=58, abs_sin=57))
 
 
 def _claims():
