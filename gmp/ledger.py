@@ -149,9 +149,10 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         return Judgement(claim, "—", STALE if entry.status == "stale" else CORRUPT)
     status, note, earlier = _rule_status(claim, entry.provenance or {})
     measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
-    why = claim.provisional(entry.payload) if callable(claim.provisional) else claim.provisional
-    provisional = bool(why) and verdict in KIND_VERDICTS[claim.kind]
-    return Judgement(claim, measured, verdict, provisional=provisional, why_provisional=why * provisional,
+    why = ""
+    if verdict in KIND_VERDICTS[claim.kind]:  # a payload the rule could read
+        why = claim.provisional(entry.payload) if callable(claim.provisional) else claim.provisional
+    return Judgement(claim, measured, verdict, provisional=bool(why), why_provisional=why,
                      rule_status=status, rule_note=note, earlier=old)
 
 

@@ -226,6 +226,16 @@ def test_a_claim_called_provisional_is_marked_with_its_reason_and_counted_apart(
     assert row["verdict"] == results.CORRUPT and not row["provisional"]
 
 
+def test_a_claim_provisional_until_its_payload_decides_it_is_marked_only_then(chapter, tmp_path):
+    chapter.CLAIMS = [_claim(provisional=lambda p: "" if p.get("seeds", 1) >= 5 else "one seed")]
+    _publish(tmp_path, {"gap": 0.5})
+    [row] = ledger.ledger_rows()
+    assert row["provisional"] and 'title="one seed"' in row["Verdict"]
+    _publish(tmp_path, {"gap": 0.5, "seeds": 5})
+    [row] = ledger.ledger_rows()
+    assert not row["provisional"] and row["category"] == REPRODUCED
+
+
 def test_a_rule_recorded_by_a_run_that_carried_units_is_not_called_fixed_before_them(chapter, tmp_path):
     claim = chapter.CLAIMS[0]
     _publish(tmp_path, {"gap": 0.5}, rules={claim.key: results.rule_digest(claim)})

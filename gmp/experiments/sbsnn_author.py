@@ -315,7 +315,11 @@ _IMAGES = {"skimage": "today's skimage.data.camera()", "author": "the author's f
 
 def ablation_setup(cfg, step: int) -> dict[str, str]:
     """Every setting of ablation step ``step`` in words, derived from what its fit runs (:func:`ablation_unit`)."""
-    s = ablation_settings(cfg, step)
+    return settings_setup(cfg, ablation_settings(cfg, step))
+
+
+def settings_setup(cfg, s: Mapping[str, Any]) -> dict[str, str]:
+    """Every setting of the ablations' fit with settings ``s`` (:func:`fit_settings`) in words."""
     encoder, sizes = ablation_network(cfg, s)
     batch = s["batch_size"]
     pixels = cfg.side * cfg.side
@@ -366,6 +370,13 @@ def reverse_settings(cfg, arm: int) -> dict[str, Any]:
     """The settings of reverse-ablation arm ``arm`` (``cfg.reverse``): the author's protocol with the arm's change."""
     change = {k: v for k, v in cfg.reverse[arm].items() if k != "name"}
     return {**ablation_settings(cfg, len(cfg.ablation) - 1), **change, "name": cfg.reverse[arm]["name"]}
+
+
+def reverse_changes(cfg) -> list[list[str]]:
+    """Per reverse-ablation arm, every setting that differs from the author's protocol (arm 0), as
+    ``"setting: his → the arm's"`` (arm 0 lists none): what the arm's name says and what comes with it."""
+    setups = [settings_setup(cfg, reverse_settings(cfg, arm)) for arm in range(len(cfg.reverse))]
+    return [[f"{k}: {setups[0][k]} → {after[k]}" for k in after if after[k] != setups[0][k]] for after in setups]
 
 
 def reverse_unit(cfg, arm: int, seed: int, store, device) -> Callable[[], dict[str, Any]]:
@@ -1262,7 +1273,11 @@ def readme_reading(payload: Mapping[str, Any] | None) -> str:
                        f"{row['best_epoch_psnr'] - db:+.1f} dB from it")
     if not parts:
         return "not yet run."
-    return "; ".join(parts) + ", each from one seed."
+    decided = [schedule.replace("_", " ") for schedule in ("aggressive", "less_aggressive")
+               if len((payload or {}).get("seeds", {}).get(f"script/{schedule}", [])) >= SEEDS_TO_DECIDE]
+    seeds = (f" (seed 0; the {' and '.join(decided)} schedule{'s' if len(decided) > 1 else ''} over "
+             f"{SEEDS_TO_DECIDE} seeds: see the claims)" if decided else ", each from one seed")
+    return "; ".join(parts) + seeds + "."
 
 
 def ablation_untrained(payload: Mapping[str, Any] | None) -> str:
@@ -1360,6 +1375,78 @@ def ablation_table(cfg, live: Mapping[str, Any], paper: Mapping[str, Any] | None
                      "paper scale: final PSNR": theirs[0], "paper scale: best PSNR": theirs[1],
                      "paper scale: updates": theirs[2]})
     return pd.DataFrame(rows).style.hide(axis="index")
+
+
+def reverse_table(cfg, payload: Mapping[str, Any] | None):
+    """The reverse ablation: per arm, what it changes from the author's protocol (:func:`reverse_changes`), its
+    whole-image PSNR after the run's epochs by seed and on average, and the paired difference from the
+    author's protocol with its 95% interval."""
+    import pandas as pd
+
+    rows = {r["arm"]: r for r in (payload or {}).get("reverse", [])}
+    out = []
+    for arm, (change, changes) in enumerate(zip(cfg.reverse, reverse_changes(cfg))):
+        row = rows.get(arm)
+        diff = row.get("difference") if row else None
+        out.append({"arm": change["name"], "what changes": "; ".join(changes) or "the starting point",
+                    "PSNR by seed (dB)": ", ".join(f"{v:.1f}" for v in row["final_psnr"]) if row else "—",
+                    "mean (dB)": f"{row['mean_psnr']:.1f}" if row else "—",
+                    "− author's protocol (dB, 95% interval)":
+                        f"{diff[0]:+.1f} ({diff[1]:+.1f} to {diff[2]:+.1f})" if diff else "—"})
+    return pd.DataFrame(out).style.hide(axis="index")
+
+
+def reverse_reading(payload: Mapping[str, Any] | None) -> str:
+    """What the reverse ablation separates: the arms whose paired difference from the author's protocol has a
+    95% interval below 0 (the setting matters), above 0 (the fit is better without it) or containing 0 (not
+    separated)."""
+    rows = [r for r in (payload or {}).get("reverse", []) if r.get("difference")]
+    base = next((r for r in (payload or {}).get("reverse", []) if r["arm"] == 0), None)
+    if not rows or base is None:
+        return "The reverse ablation has not run yet."
+
+    def item(r: Mapping[str, Any]) -> str:
+        mean, low, high = r["difference"]
+        return f"{r['name'].removeprefix('− ')}: {mean:+.1f} dB ({low:+.1f} to {high:+.1f})"
+
+    separated = [r for r in rows if r["difference"][1] > 0 or r["difference"][2] < 0]
+    level = [r for r in rows if r not in separated]
+    out = (f"Over seeds {', '.join(map(str, base['seeds']))}, the author's protocol ends at {base['mean_psnr']:.1f} dB "
+           f"on average. ")
+    if separated:
+        out += ("Taking away a setting moves the PSNR beyond the seeds' noise (the 95% interval of the paired "
+                "difference excludes 0) for " + "; ".join(item(r) for r in separated) + ". ")
+    if level:
+        out += "These seeds do not separate from the author's protocol " + "; ".join(item(r) for r in level) + "."
+    return out.strip()
+
+
+SEED_COLUMNS = {"best_epoch_psnr": "best epoch-mean PSNR (dB)", "best_train_psnr": "best whole-image PSNR (dB)"}
+"""The seed table's PSNR columns by payload key."""
+
+
+def seeds_table(payload: Mapping[str, Any] | None):
+    """The thin-margin networks over seeds: per network, each seed's best epoch-mean and whole-image PSNR in its
+    run, and the epoch at which it first passes the target its claim judges (the README's bar for the script,
+    56.0 dB whole-image for Fig. 7's networks)."""
+    import pandas as pd
+
+    out = []
+    for row, fits in (payload or {}).get("seeds", {}).items():
+        script = row.startswith("script/")
+        reach = [f["reach_readme"]["epoch"]["epochs"] if script else f["reach"]["siren-train"]["epochs"] for f in fits]
+        entry = {"network": label(row), "seeds": ", ".join(str(f["seed"]) for f in fits)}
+        for key, name in SEED_COLUMNS.items():
+            values = [f[key] for f in fits]
+            entry[name] = ", ".join(f"{v:.1f}" for v in values) + f" (mean {np.mean(values):.1f})"
+        target = (f"{PAPER['readme_' + row.split('/')[1] + '_db']:g} dB epoch-mean" if script else
+                  f"{PSNR_TARGETS['siren']:.1f} dB whole-image")
+        entry["first epoch at the claim's target"] = f"{target}: " + ", ".join("never" if r is None else str(r)
+                                                                             for r in reach)
+        out.append(entry)
+    if not out:
+        return "The further seeds have not run yet."
+    return pd.DataFrame(out).style.hide(axis="index")
 
 
 def reading(payload: Mapping[str, Any]) -> str:
