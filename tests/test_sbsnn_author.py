@@ -151,6 +151,12 @@ def test_the_reverse_ablation_runs_at_smoke_scale_and_pairs_its_arms_by_seed():
     units = experiment.units(cfg, _NoStore(), 0, "cpu")
     assert list(units) == experiment.units_keys(cfg, 0)
     assert [k for k in units if k.startswith("reverse-")] == [f"reverse-{arm}-0" for arm in range(1, len(cfg.reverse))]
+    assert [k for k in units if k.startswith("heldout_text-")] == [f"heldout_text-{m}-0"
+                                                                   for m in [cfg.heldout_seed, *cfg.heldout_more]]
+    text = units[f"heldout_text-{cfg.heldout_seed}-0"]()
+    fit = EpochCurves.from_json(text["fit"])
+    held = heldout_pixels(cfg.side * cfg.side, cfg.heldout_fraction, cfg.heldout_seed)
+    assert fit.heldout_mse is not None and fit.updates_per_epoch == -(-(cfg.side ** 2 - held.numel()) // 32)
     done = {key: units[key]() for key in ("fig7-sin-0", "seeds-fig7-sin-0", "reverse-1-0")}
     assert done["reverse-1-0"]["seeds"] == cfg.reverse_seeds == [0] + done["seeds-fig7-sin-0"]["seeds"]
     full = EpochCurves.from_json(done["reverse-1-0"]["fits"][0])

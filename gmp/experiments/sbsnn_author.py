@@ -262,6 +262,8 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     for arm in range(1, len(cfg.reverse)):
         out[f"reverse-{arm}-{seed}"] = reverse_unit(cfg, arm, seed, store, device)
     out.update({f"seeds-{name}-{seed}": more_seeds(name) for name in names[1:]})
+    for mask in [cfg.heldout_seed, *cfg.heldout_more]:
+        out[f"heldout_text-{mask}-{seed}"] = heldout_text_unit(cfg, mask, seed, store, device)
     return out
 
 
@@ -343,9 +345,10 @@ def ablation_changes(cfg) -> list[list[str]]:
 
 
 def fit_settings(cfg, settings: Mapping[str, Any], seeds: list[int], epochs: int, key: str, store,
-                 device) -> list[EpochCurves]:
+                 device, heldout: torch.Tensor | None = None) -> list[EpochCurves]:
     """Fit the rotated-encoder sin network of the ablations with ``settings`` (:func:`ablation_settings`), one
-    network per seed in one stack, for ``epochs`` iterations; whole-image PSNR on the [0, 1] scale."""
+    network per seed in one stack, for ``epochs`` iterations; whole-image PSNR on the [0, 1] scale, or with
+    ``heldout`` (pixel indices) fitted to the other pixels and evaluated on those too."""
     s = settings
     coords = coordinate_grid(cfg.side, indexing="xy")
     pixels = grey_image(cfg.side, s["image"]).reshape(-1, 1)
@@ -355,8 +358,9 @@ def fit_settings(cfg, settings: Mapping[str, Any], seeds: list[int], epochs: int
     spec = {"model": "sbsnn", "sizes": sizes, "activation": "sin", "first_layer": "encoder", "bias": s["bias"]}
     return fit_stack(layers(spec), seeds, encoder(coords), pixels, epochs=epochs, lr=s["lr"],
                      plateau={"factor": 0.5, "patience": s["patience"], "rule": s["rule"]}, adam=s["adam"],
-                     batch_size=s["batch_size"] or pixels.shape[0], mse_to_unit=0.25 if s["range"] == "symmetric"
-                     else 1.0, device=device, compile=cfg.compile, checkpoint=store.scratch(key), desc=key)
+                     batch_size=s["batch_size"] or pixels.shape[0] - (0 if heldout is None else heldout.numel()),
+                     mse_to_unit=0.25 if s["range"] == "symmetric" else 1.0, heldout=heldout, device=device,
+                     compile=cfg.compile, checkpoint=store.scratch(key), desc=key)
 
 
 def ablation_unit(cfg, step: int, seed: int, store, device) -> Callable[[], dict[str, Any]]:
@@ -377,6 +381,25 @@ def reverse_changes(cfg) -> list[list[str]]:
     ``"setting: his → the arm's"`` (arm 0 lists none): what the arm's name says and what comes with it."""
     setups = [settings_setup(cfg, reverse_settings(cfg, arm)) for arm in range(len(cfg.reverse))]
     return [[f"{k}: {setups[0][k]} → {after[k]}" for k in after if after[k] != setups[0][k]] for after in setups]
+
+
+TEXT_ARM = 2
+"""The reverse-ablation arm with the text's band-limited encoder (and the sine layer that widens it) under the
+author's mini-batch epochs: its held-out fits (``heldout_text-<mask>``) ask whether that network generalises."""
+
+
+def heldout_text_unit(cfg, mask: int, seed: int, store, device) -> Callable[[], dict[str, Any]]:
+    """Reverse-ablation arm :data:`TEXT_ARM` fitted for seed ``seed`` with held-out mask ``mask`` (a quarter
+    of the pixels, as the other held-out fits), as a journal unit."""
+    key = f"heldout_text-{mask}-{seed}"
+
+    def compute() -> dict[str, Any]:
+        held = heldout_pixels(cfg.side * cfg.side, cfg.heldout_fraction, mask)
+        fit = fit_settings(cfg, reverse_settings(cfg, TEXT_ARM), [seed], cfg.epochs["aggressive"], key, store, device,
+                           heldout=held)[0]
+        return {"heldout_seed": mask, "fraction": cfg.heldout_fraction, "fit": fit.to_json()}
+
+    return compute
 
 
 def reverse_unit(cfg, arm: int, seed: int, store, device) -> Callable[[], dict[str, Any]]:
@@ -463,7 +486,8 @@ def units_keys(cfg, seed: int) -> list[str]:
                f"siren-fullbatch-{seed}"] + [f"ablation-{i}-{seed}" for i in range(len(cfg.ablation) - 1)]
             + [f"heldout_more-{mask}-{name}-{seed}" for mask in cfg.heldout_more for name in SBSNN_HELDOUT]
             + [f"seeds-{seeded(cfg)[0]}-{seed}"] + [f"reverse-{arm}-{seed}" for arm in range(1, len(cfg.reverse))]
-            + [f"seeds-{name}-{seed}" for name in seeded(cfg)[1:]])
+            + [f"seeds-{name}-{seed}" for name in seeded(cfg)[1:]]
+            + [f"heldout_text-{mask}-{seed}" for mask in [cfg.heldout_seed, *cfg.heldout_more]])
 
 
 def axes(fit: EpochCurves, db: float, which: str) -> dict[str, float | None]:
@@ -523,12 +547,19 @@ def summary(cfg, units_done: Mapping[str, Any], seed: int) -> dict[str, Any]:
                                    "seconds": siren_full["seconds"]}
     heldout = units_done.get(f"heldout-{seed}")
     siren_own = units_done.get(f"heldout_siren-{seed}")
+
+    def with_text(mask: int, fits: Mapping[str, Any]) -> dict[str, Any]:
+        text = units_done.get(f"heldout_text-{mask}-{seed}")
+        return {**fits, **({TEXT_HELDOUT: text["fit"]} if text else {})}
+
+    if heldout:
+        heldout = {**heldout, "fits": with_text(cfg.heldout_seed, heldout["fits"])}
     more = []
     for mask in cfg.heldout_more:
         keys = {name: f"heldout_more-{mask}-{name}-{seed}" for name in SBSNN_HELDOUT}
         if all(key in units_done for key in keys.values()):  # a mask counts once both networks are fitted
-            more.append(heldout_summary(cfg, {"heldout_seed": mask, "fraction": cfg.heldout_fraction,
-                                              "fits": {name: units_done[key]["fit"] for name, key in keys.items()}}))
+            fits = with_text(mask, {name: units_done[key]["fit"] for name, key in keys.items()})
+            more.append(heldout_summary(cfg, {"heldout_seed": mask, "fraction": cfg.heldout_fraction, "fits": fits}))
     return {"side": cfg.side, "seed": seed, "rows": rows,
             "heldout": heldout_summary(cfg, heldout, siren_own) if heldout else None,
             "heldout_more": more, "ablation": ablation_summary(cfg, units_done, seed),
@@ -1116,9 +1147,14 @@ def plot_axes(rows: Mapping[str, Mapping[str, EpochCurves]]):
 SBSNN_HELDOUT = ["script", "sin_rotated"]
 """The fitted SBSNN networks of the held-out units."""
 
+TEXT_HELDOUT = "text_minibatch"
+"""The held-out fits' key of reverse-ablation arm :data:`TEXT_ARM` (the text's encoder, mini-batch epochs)."""
+
 HELDOUT_NETS = {
     "script": ("author's script network (rotated encoder)", "author's script network", "the script's network"),
     "sin_rotated": ("√2 sin(x + π/4), rotated encoder", "√2 sin, rotated encoder", "the rotated-encoder sin network"),
+    TEXT_HELDOUT: ("√2 sin(x + π/4), the text's band-limited encoder (+1 sine layer), mini-batch epochs",
+                   "√2 sin, the text's encoder", "the text-encoder sin network"),
     "siren": ("SIREN (mini-batch, constant 1e-4)", "SIREN, mini-batch", "SIREN in mini-batches"),
     "siren_own": ("SIREN (its own protocol: full batch, [-1, 1], until MSE 1e-5)", "SIREN, its own protocol",
                   "SIREN under its own protocol"),
@@ -1255,6 +1291,23 @@ def generalisation_reading(payload: Mapping[str, Any] | None) -> str:
         verdict = "the intervals do not put every network on one side of linear interpolation"
     return (f"Over {len(masks)} held-out masks (seeds {seeds}), held-out PSNR minus linear interpolation's: "
             f"{parts}; {verdict}.")
+
+
+def text_encoder_reading(payload: Mapping[str, Any] | None) -> str:
+    """The held-out fits of the text's band-limited encoder under the author's mini-batch epochs: per mask, its
+    held-out PSNR minus linear interpolation's, paired over the masks with its 95% interval."""
+    masks = [m for m in [(payload or {}).get("heldout"), *(payload or {}).get("heldout_more", [])]
+             if m and TEXT_HELDOUT in m["networks"]]
+    if not masks:
+        return "The held-out fits with the text's encoder have not run yet."
+    differences = [m["networks"][TEXT_HELDOUT]["heldout_psnr"] - m["interpolation"]["linear"] for m in masks]
+    mean, low, high = paired_interval(differences)
+    side = ("above" if low > 0 else "below" if high < 0 else "not separated from") + " linear interpolation"
+    return (f"The same sin network with the text's band-limited encoder (and the sine layer that widens it) under "
+            f"the author's mini-batch epochs, on the same {len(masks)} mask{'s' if len(masks) != 1 else ''}: held-out "
+            f"PSNR minus linear interpolation's {mean:+.1f} dB"
+            + (f" (95% interval {low:+.1f} to {high:+.1f})" if math.isfinite(low) else "")
+            + f", {side}; on its training pixels it reaches {np.mean([m['networks'][TEXT_HELDOUT]['train_psnr'] for m in masks]):.1f} dB.")
 
 
 def readme_reading(payload: Mapping[str, Any] | None) -> str:
