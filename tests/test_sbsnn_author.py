@@ -259,3 +259,23 @@ def test_thin_margin_verdicts_say_provisional_one_seed():
                 "sbsnn-fig7-100-siren-scale"):
         assert experiment.THIN_MARGIN in claims[key].rule
     assert experiment.THIN_MARGIN not in claims["sbsnn-abstract-100th-passes"].rule
+
+
+def test_the_reverse_ablation_attributes_only_what_its_intervals_separate():
+    def payload(batch, text):
+        rows = [{"arm": 0, "name": "the author's protocol", "seeds": [0, 1, 2], "final_psnr": [70.0] * 3,
+                 "mean_psnr": 70.0}]
+        for arm, diffs in ((experiment.MINIBATCH_ARM, batch), (experiment.TEXT_ARM, text)):
+            rows.append({"arm": arm, "name": experiment.REVERSE_ABLATION[arm]["name"], "seeds": [0, 1, 2],
+                         "final_psnr": [70.0 + d for d in diffs], "mean_psnr": 70.0 + sum(diffs) / 3,
+                         "difference": experiment.paired_interval(diffs)})
+        return {"reverse": rows}
+
+    decided = payload([-60.0, -62.0, -58.0], [3.0, -2.0, 1.0])
+    assert "comes from the mini-batch epochs" in experiment.why_reading(decided)
+    assert "comes from" not in experiment.why_reading(payload([-60.0, -62.0, -58.0], [-9.0, -10.0, -8.0]))
+    assert "comes from" not in experiment.why_reading(payload([-60.0, 20.0, -58.0], [3.0, -2.0, 1.0]))
+    reading = experiment.reverse_reading(decided)
+    separated, level = reading.split("These seeds do not separate")
+    assert "full-batch" in separated and "text's encoder" in level
+    assert experiment.why_reading({"reverse": decided["reverse"][:2]}) == "The reverse ablation has not run yet."
