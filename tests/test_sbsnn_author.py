@@ -272,7 +272,7 @@ def test_the_reverse_ablation_attributes_only_what_its_intervals_separate():
         return {"reverse": rows}
 
     decided = payload([-60.0, -62.0, -58.0], [3.0, -2.0, 1.0])
-    assert "comes from the mini-batch epochs" in experiment.why_reading(decided)
+    assert "comes from mini-batch epochs;" in experiment.why_reading(decided)
     assert "comes from" not in experiment.why_reading(payload([-60.0, -62.0, -58.0], [-9.0, -10.0, -8.0]))
     assert "comes from" not in experiment.why_reading(payload([-60.0, 20.0, -58.0], [3.0, -2.0, 1.0]))
     reading = experiment.reverse_reading(decided)
