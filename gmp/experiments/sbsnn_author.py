@@ -416,7 +416,7 @@ def seeded(cfg) -> list[str]:
     under the aggressive schedule and Fig. 7's other rotated SBSNN-family networks.
 
     Not yet the script's network under the less aggressive schedule: four more seeds of its 550 epochs take about
-    1.7 hours on one CPU thread, and the chapter's cache is assembled only once every unit has run."""
+    1.8 hours on one CPU thread, and the chapter's cache is assembled only once every unit has run."""
     family = [f"fig7-{a}" for a in SBSNN_FAMILY if a in cfg.activations]
     return family[:1] + ["readme-aggressive"] + family[1:]
 
