@@ -706,7 +706,7 @@ def one_seed(judged: tuple[str, str]) -> tuple[str, str]:
 
 
 SEED_T = PowerTest("t", SEEDS_TO_DECIDE)
-"""The test of a thin-margin rule decided over seeds: a Student-t interval over :data:`SEEDS_TO_DECIDE` seeds."""
+"""A Student-t interval over :data:`SEEDS_TO_DECIDE` seeds, the test of a thin-margin rule decided over seeds."""
 
 SEED_POWER = ("With 5 seeds the 95% interval excludes 0 only when the mean margin exceeds 1.24 standard deviations "
               "of the seeds' margins (t = 2.78 with 4 degrees of freedom, over the square root of 5)")
