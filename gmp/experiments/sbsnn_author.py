@@ -791,7 +791,7 @@ def _earlier_updates_check(payload: Mapping[str, Any]) -> tuple[str, str]:
 _REPLACED_BY, _REPLACED_AT = "a27883b", "2026-11-26 16:46 UTC"
 """The commit that replaced the rules of this chapter's claims for issue #28, and its date."""
 
-_EARLIER_SEEDS = dict(commits="the commit after 11c5574", replaced="2026-11-26 20:35 UTC",
+_EARLIER_SEEDS = dict(commits="a46b90c", replaced="2026-11-26 19:43 UTC",
                       why="Issue #28: the margin lies within the spread of single runs of one network, so the verdict "
                           "is decided over 5 seeds once they have run (the earlier rule judged seed 0 alone and marked "
                           "the verdict provisional; before a27883b it judged seed 0 alone, unmarked).")
@@ -1504,7 +1504,8 @@ def why_reading(payload: Mapping[str, Any] | None) -> str:
     out = f"After 100 passes over the pixels (seeds {', '.join(map(str, text['seeds']))}), "
     if needed:
         out += "taking away " + " and ".join(f"{r['name'].removeprefix('− ')} costs {-r['difference'][0]:.1f} dB "
-                                             f"({interval(r)})" for r in needed) + "; "
+                                             f"(95% interval {-r['difference'][2]:.1f} to {-r['difference'][1]:.1f})"
+                                             for r in needed) + "; "
     out += (f"replacing his aliasing encoder by the text's band-limited one, with the sine layer that widens its "
             f"features, moves the PSNR by {text['difference'][0]:+.1f} dB ({interval(text)}), "
             f"{'within' if text_level else 'beyond'} the seeds' noise.")
