@@ -22,8 +22,9 @@ under ``OUT`` even when a step fails:
 4. With the time the group leaves (and ``--units-seconds`` kept for it), a second job: the
    units of Part III's paper-scale runs that neither the repository's journal nor its current
    cache holds (``UNIT_CHAPTERS``; the seeds, masks and ablation arms the CPU cannot
-   afford), each computed whole by the chapter's ``units`` in its order, in a child process
-   stopped at the deadline, journalled under ``OUT/<chapter>/_partial/``.
+   afford, including those a chapter's ``QUEUED`` settings add: :func:`unit_config`), each
+   computed whole by the chapter's ``units`` in its order, in a child process stopped at the
+   deadline, journalled under ``OUT/<chapter>/_partial/``.
 5. ``OUT/summary.json``: what ran, in which mode (CUDA graph or eager), the measured step
    times and the minutes per group, and the units computed.
 
@@ -53,8 +54,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["main", "chapter_code", "next_group", "load_group", "train_group", "missing_units", "compute_units",
-           "merge", "UNIT_CHAPTERS"]
+__all__ = ["main", "chapter_code", "next_group", "load_group", "train_group", "unit_config", "missing_units",
+           "compute_units", "merge", "UNIT_CHAPTERS"]
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -379,20 +380,37 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
     return summary
 
 
-UNIT_CHAPTERS: tuple[str, ...] = ("sbsnn_author",)
+UNIT_CHAPTERS: tuple[str, ...] = ("sbsnn_author", "sbsnn_author_figs")
 """The chapters whose missing paper-scale units the second job computes, in this order."""
 
 
+def unit_config(chapter: str, scale: str):
+    """The config whose units the second job computes for ``chapter`` at ``scale``: today's, with the settings
+    that the chapter's ``QUEUED`` (a dict by scale, when it has one) queues for a GPU and has not yet put into
+    its ``CONFIG``. Those may only add settings, so that the units of today's config are units of this one."""
+    from gmp import config
+
+    cfg = config.load(chapter, scale)
+    queued = getattr(config.experiment(chapter), "QUEUED", {}).get(scale)
+    if not queued:
+        return cfg
+    if clash := sorted(set(queued) & set(cfg)):
+        raise ValueError(f"{chapter}.QUEUED[{scale!r}] sets {clash}, which its CONFIG has already: queued settings "
+                         f"may only add to the config; remove them from QUEUED")
+    return config.Config(chapter, scale, {**cfg.as_dict(), **queued})
+
+
 def missing_units(chapter: str, scale: str, seed: int = 0) -> list[str]:
-    """The keys of ``chapter``'s units at ``scale`` (its ``units_keys``, in order) that neither the
-    repository's journal of the current config nor its current cache (``units.jsonl.gz``) holds."""
+    """The keys of ``chapter``'s units at ``scale`` (its ``units_keys`` under :func:`unit_config`, in order)
+    that neither the repository's journal of that config nor the chapter's current cache
+    (``units.jsonl.gz``) holds."""
     import gzip
     import importlib
 
-    from gmp import config, results
+    from gmp import results
 
     experiment = importlib.import_module(f"gmp.experiments.{chapter}")
-    cfg = config.load(chapter, scale)
+    cfg = unit_config(chapter, scale)
     have = set(results.journal_units(results.journal_path(chapter, scale, cfg.digest)))
     root = results.results_root()
     cache = root / chapter / scale / "units.jsonl.gz" if root else None
@@ -403,17 +421,18 @@ def missing_units(chapter: str, scale: str, seed: int = 0) -> list[str]:
 
 
 def compute_units(out: Path, chapter: str, scale: str, device: str, deadline: float, seed: int = 0) -> dict[str, Any]:
-    """Compute ``chapter``'s :func:`missing_units` on ``device`` until ``deadline`` (monotonic s), each
+    """Compute ``chapter``'s :func:`missing_units` (under :func:`unit_config`) on ``device`` until ``deadline``
+    (monotonic s), each
     journalled whole under ``out/<chapter>/_partial/`` as it finishes (a unit is not started when the
     slowest so far would not end by the deadline), with what was done in ``out/<chapter>/units.json``
     after each unit. Meant for a child process that the caller stops at the deadline: a unit cut
     short is lost, never journalled in part."""
     import importlib
 
-    from gmp import config, results
+    from gmp import results
 
     experiment = importlib.import_module(f"gmp.experiments.{chapter}")
-    cfg = config.load(chapter, scale)
+    cfg = unit_config(chapter, scale)
     keys = missing_units(chapter, scale, seed)
     summary: dict[str, Any] = {"scale": scale, "config_digest": cfg.digest, "pending": keys, "done": {}}
     staging = out / chapter / f".staging-{scale}"
@@ -493,15 +512,16 @@ def _whole(entries: Sequence[Mapping[str, Any]], epochs: int) -> bool:
 
 def _journal_config(path: Path, chapter: str) -> Any:
     """The config of ``chapter`` that the returned journal ``path`` (``<scale>-<digest>.jsonl``) was
-    written for; a ValueError when it is not today's."""
+    written for, today's or :func:`unit_config`; a ValueError when it is neither."""
     from gmp import config
 
     scale, digest = path.stem.split("-", 1)
-    cfg = config.load(chapter, scale)
-    if digest != cfg.digest:
+    today, queued = config.load(chapter, scale), unit_config(chapter, scale)
+    if digest not in (today.digest, queued.digest):
         raise ValueError(f"{path} was written for config {digest}, but {chapter}'s {scale} config is now "
-                         f"{cfg.digest}: its units were computed under other settings and cannot join this run")
-    return cfg
+                         f"{today.digest}{f' ({queued.digest} with its queued settings)' if queued.digest != today.digest else ''}"
+                         f": its units were computed under other settings and cannot join this run")
+    return queued if digest == queued.digest else today
 
 
 def merge(out: Path, results_root: Path | None = None) -> list[str]:

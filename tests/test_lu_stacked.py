@@ -222,14 +222,17 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     assert all(e["value"]["device"] == "cpu" and e["value"]["stacked"] == 4 for e in entries)
     assert set(run["probe_ms_per_step"]) == {"1", "4"}  # one network first, then all four (JSON keys)
     assert results.STAGING_ENV not in os.environ  # set for the journal's write only
-    units = summary["units"]["sbsnn_author"]  # the second job, with the time the group left
-    assert units["returncode"] == 0 and units["done"] and list(units["done"]) == units["pending"], units
-    part3 = gmp.load_config("sbsnn_author", "smoke").digest
+    units = summary["units"]  # the second job, with the time the group left
+    assert set(units) == set(gpu.UNIT_CHAPTERS) == {"sbsnn_author", "sbsnn_author_figs"}
+    for job in units.values():
+        assert job["returncode"] == 0 and job["done"] and list(job["done"]) == job["pending"], job
+    part3 = {chapter: gmp.load_config(chapter, "smoke").digest for chapter in units}
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert files == ["gpu.json", f"lu_real/_partial/smoke-{cfg.digest}.jsonl", "sbsnn_author/_partial/"
-                     f"smoke-{part3}.jsonl", "smoke.jsonl", "summary.json"]  # at most 8 files come back
+    assert files == ["gpu.json", f"lu_real/_partial/smoke-{cfg.digest}.jsonl",
+                     *(f"{chapter}/_partial/smoke-{digest}.jsonl" for chapter, digest in sorted(part3.items())),
+                     "smoke.jsonl", "summary.json"]  # at most 8 files come back
     added = gpu.merge(out, tmp_path / "repo")
-    assert len(added) == 4 + len(units["done"]) and gpu.merge(out, tmp_path / "repo") == []
+    assert len(added) == 4 + sum(len(job["done"]) for job in units.values()) and gpu.merge(out, tmp_path / "repo") == []
     (out / "lu_real" / "_partial" / "smoke-0000000000000000.jsonl").write_text(journal.read_text())
     with pytest.raises(ValueError, match="written for config 0000000000000000"):
         gpu.merge(out, tmp_path / "repo")
@@ -292,6 +295,38 @@ def test_the_second_job_journals_the_missing_part3_units_whole_and_merge_adds_on
     stale.write_text("")
     with pytest.raises(ValueError, match="other settings"):
         gpu.merge(tmp_path / "out")
+
+
+def test_queued_settings_add_units_to_the_second_job_without_making_the_chapters_config_stale(tmp_path, monkeypatch):
+    """A chapter's ``QUEUED`` settings give the second job the units they add, journalled under the digest of
+    the config with them, which ``merge`` accepts; the chapter's own config and digest stay as they are."""
+    import time
+
+    from gmp import results
+    from gmp.experiments import sbsnn_author_figs as figs
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    today = gmp.load_config("sbsnn_author_figs", "smoke")
+    monkeypatch.setitem(figs.CONFIG, "smoke", {k: v for k, v in today.as_dict().items() if k != "more_seeds"})
+    without = gmp.load_config("sbsnn_author_figs", "smoke")
+    assert gpu.unit_config("sbsnn_author_figs", "smoke").digest == without.digest  # nothing queued at smoke
+    monkeypatch.setattr(figs, "QUEUED", {"smoke": {"more_seeds": [1]}})
+    queued = gpu.unit_config("sbsnn_author_figs", "smoke")
+    assert queued.digest == today.digest != without.digest == gmp.load_config("sbsnn_author_figs", "smoke").digest
+    journal = tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{queued.digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text("".join(json.dumps({"key": k, "value": {}}) + "\n" for k in figs.units_keys(without, 0)))
+    added = ["fig4seeds-sin-0", "fig6seeds-sin-0", "fig6seeds-gpn_relu-0"]
+    assert gpu.missing_units("sbsnn_author_figs", "smoke") == added
+    # the job's child process imports the chapter afresh: its CONFIG has more_seeds and nothing is queued, the
+    # same config as this one's queued one (same digest), so it computes the same units
+    done = gpu.units_job(tmp_path / "out", ["sbsnn_author_figs"], "smoke", "cpu", time.monotonic() + 300, 0)
+    assert list(done["sbsnn_author_figs"]["done"]) == added, done["sbsnn_author_figs"].get("log")
+    assert gpu.merge(tmp_path / "out") == added and gpu.missing_units("sbsnn_author_figs", "smoke") == []
+    monkeypatch.setattr(figs, "QUEUED", {"smoke": {"more_seeds": [2], "epochs": 9}})
+    with pytest.raises(ValueError, match=r"sets \['epochs'\], which its CONFIG has already"):
+        gpu.unit_config("sbsnn_author_figs", "smoke")
 
 
 def test_store_record_journals_many_units_in_one_write_as_memo_journals_one(tmp_path, monkeypatch):

@@ -128,6 +128,76 @@ def test_fig4_is_judged_at_the_papers_500_epochs_not_at_the_runs_last(triangle_s
     assert all(experiment.THIN_MARGIN in claims[k].rule for k in ("sbsnn-fit-500-author", "sbsnn-fit-500-siren-scale"))
 
 
+def _fig4_seeds(**means):
+    """Fig. 4 over five seeds: each SBSNN-family network's best PSNRs by epoch 500 around ``means``."""
+    return {"figures": {"fig4": {}}, "seeds": {
+        f"{a}/siren_layer": [{"seed": s, "best_epoch_psnr": m + d, "best_train_psnr": m + d}
+                             for s, d in enumerate([-0.2, 0.1, 0.0, 0.2, -0.1])] for a, m in means.items()}}
+
+
+def test_fig4_is_decided_over_seeds_by_each_networks_best_by_epoch_500():
+    from gmp.experiments import sbsnn_author_figs
+
+    claims = {c.key: c for c in sbsnn_author_figs.CLAIMS}
+    author, siren = claims["sbsnn-fit-500-author"], claims["sbsnn-fit-500-siren-scale"]
+    measured, verdict = author.evaluate(_fig4_seeds(sin=52, triangle=51, abs_sin=50.5))
+    assert verdict == "reproduced" and measured.endswith("each seed's best by epoch 500") and "5 seeds" in measured
+    assert not author.provisional(_fig4_seeds(sin=52, triangle=51, abs_sin=50.5))
+    assert siren.evaluate(_fig4_seeds(sin=58, triangle=55, abs_sin=54))[1] == "partly"
+    assert siren.evaluate(_fig4_seeds(sin=55, triangle=55, abs_sin=54))[1] == "not reproduced"
+    assert siren.evaluate(_fig4_seeds(sin=58, triangle=56.02, abs_sin=57))[1] == "inconclusive"
+    one = _fig4_payload() | {"seeds": _fig4_seeds(sin=52, triangle=51)["seeds"]}  # abs_sin has no seeds yet
+    measured, verdict = author.evaluate(one)
+    assert measured.startswith(experiment.ONE_SEED) and verdict == "partly" and author.provisional(one)
+    assert author.test.n == experiment.SEEDS_TO_DECIDE and "before any seed but 0 ran" in author.rule
+
+
+def test_fig6_is_decided_over_seeds_by_each_activations_paired_interval():
+    from gmp.experiments import sbsnn_author_figs
+
+    claim = {c.key: c for c in sbsnn_author_figs.CLAIMS}["sbsnn-fig6-rotated-author"]
+    activations = sbsnn_author_figs.FIG7_ACTIVATIONS
+
+    def payload(gain, seeds=5, **gains):  # rotated minus axis-aligned best whole-image PSNR, per activation
+        rows = {a: {"best_train_psnr": 40.0} for a in activations}
+        out = {"figures": {"fig6": {f"{a}/{e}": rows[a] for a in activations for e in ("nerf", "rotated")}}, "seeds": {}}
+        for a in activations:
+            g = gains.get(a, gain)
+            out["seeds"][f"{a}/nerf"] = [{"seed": s, "best_train_psnr": 40.0 + d} for s, d in enumerate([0.3, -0.2, 0.1, 0.0, -0.1][:seeds])]
+            out["seeds"][f"{a}/rotated"] = [{"seed": s, "best_train_psnr": 40.0 + g + d}
+                                            for s, d in enumerate([0.1, 0.2, -0.1, 0.0, 0.1][:seeds])]
+        return out
+
+    assert claim.evaluate(payload(3.0))[1] == "reproduced" and not claim.provisional(payload(3.0))
+    assert claim.evaluate(payload(-3.0, sin=3.0))[1] == "partly"
+    assert claim.evaluate(payload(0.0, sin=-3.0))[1] == "not reproduced"
+    assert claim.evaluate(payload(0.0))[1] == "inconclusive"
+    measured, verdict = claim.evaluate(payload(3.0, seeds=4))  # one seed short: the sign test over activations
+    assert measured.startswith(experiment.ONE_SEED) and verdict == "inconclusive" and claim.provisional(payload(3.0, seeds=4))
+
+
+def test_figs_fits_more_seeds_as_one_stack_per_network_and_the_claims_read_them():
+    from gmp.experiments import sbsnn_author_figs as figs
+
+    cfg = gmp.load_config("sbsnn_author_figs", "smoke")
+    units = figs.units(cfg, _NoStore(), 0, "cpu")
+    assert list(units) == figs.units_keys(cfg, 0)
+    keys = ["fig4-sin-0", "fig4seeds-sin-0", "fig6-gpn_relu-0", "fig6seeds-gpn_relu-0"]
+    done = {key: units[key]() for key in keys}
+    assert done["fig4seeds-sin-0"]["seeds"] == cfg.more_seeds == [1]
+    assert len(EpochCurves.from_json(done["fig4seeds-sin-0"]["fits"][0]).train_mse) == cfg.compare_epoch < cfg.epochs
+    rows = figs.seed_rows(cfg, done)
+    assert set(rows) == {"sin/siren_layer", "gpn_relu/nerf", "gpn_relu/rotated"}
+    assert [r["seed"] for r in rows["gpn_relu/rotated"]] == [0, 1]
+    seed0 = EpochCurves.from_json(done["fig4-sin-0"])
+    assert rows["sin/siren_layer"][0]["best_train_psnr"] == float(np.nanmax(seed0.psnr("train")[:cfg.compare_epoch]))
+    nerf, rotated = (EpochCurves.from_json(done["fig6seeds-gpn_relu-0"][e][0]) for e in ("nerf", "rotated"))
+    assert rows["gpn_relu/nerf"][1]["best_train_psnr"] == float(np.nanmax(nerf.psnr("train")))
+    assert nerf.train_mse[0] != rotated.train_mse[0], "the two encoders of one seed are two networks"
+    assert set(figs.fits_of(done)["fig4"]) == {"sin/siren_layer"}, "the figures draw seed 0"
+    assert figs.summary(cfg, done)["seeds"] == rows
+
+
 def test_each_reverse_arm_takes_one_of_the_authors_settings_away(paper_cfg):
     author = experiment.ablation_settings(paper_cfg, len(paper_cfg.ablation) - 1)
     assert experiment.reverse_settings(paper_cfg, 0) == {**author, "name": "the author's protocol"}
