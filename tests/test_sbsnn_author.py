@@ -349,3 +349,14 @@ def test_the_reverse_ablation_attributes_only_what_its_intervals_separate():
     separated, level = reading.split("These seeds do not separate")
     assert "full-batch" in separated and "text's encoder" in level
     assert experiment.why_reading({"reverse": decided["reverse"][:2]}) == "The reverse ablation has not run yet."
+
+
+def test_the_seeds_table_lists_the_networks_in_the_order_of_their_claims():
+    def fits(reach):
+        return [{"seed": s, "best_epoch_psnr": 60.0, "best_train_psnr": 60.0, "reach_readme": {"epoch": {"epochs": 90}},
+                 "reach": {"siren-train": {"epochs": reach}}} for s in range(5)]
+
+    rows = ["abs_sin/rotated", "script/aggressive", "script/less_aggressive", "sin/rotated", "triangle/rotated"]
+    table = experiment.seeds_table({"seeds": {row: fits(None if row.startswith("abs") else 70) for row in rows}}).data
+    assert list(table["network"]) == [experiment.label(r) for r in experiment.SEED_ROWS.values()]
+    assert table["first epoch at the claim's target"].iloc[-1] == "56.0 dB whole-image: " + ", ".join(["never"] * 5)
