@@ -24,13 +24,15 @@ under ``OUT`` even when a step fails:
    cache holds (``UNIT_CHAPTERS``; the seeds, masks and ablation arms the CPU cannot
    afford, including those a chapter's ``QUEUED`` settings add: :func:`unit_config`), each
    computed whole by the chapter's ``units`` in its order, in a child process stopped at the
-   deadline, journalled under ``OUT/<chapter>/_partial/``.
+   deadline, journalled under ``OUT/<chapter>/_partial/``. A unit cut short leaves its last
+   checkpoint there to come back, and resumes from it in a later lease (:func:`merge`).
 5. ``OUT/summary.json``: what ran, in which mode (CUDA graph or eager), the measured step
    times and the minutes per group, and the units computed.
 
 ``python -m gmp.gpu merge OUT`` adds the networks of a returned ``lu_real`` journal and the
 units of the other returned journals to the repository's journals
-(``book/_results/<chapter>/_partial/``), refusing another config's. The same command
+(``book/_results/<chapter>/_partial/``), and a returned checkpoint beside them, refusing
+another config's. The same command
 runs on a CPU at smoke scale (``--device cpu --scale smoke``), which the test suite does.
 """
 
@@ -422,11 +424,11 @@ def missing_units(chapter: str, scale: str, seed: int = 0) -> list[str]:
 
 def compute_units(out: Path, chapter: str, scale: str, device: str, deadline: float, seed: int = 0) -> dict[str, Any]:
     """Compute ``chapter``'s :func:`missing_units` (under :func:`unit_config`) on ``device`` until ``deadline``
-    (monotonic s), each
-    journalled whole under ``out/<chapter>/_partial/`` as it finishes (a unit is not started when the
-    slowest so far would not end by the deadline), with what was done in ``out/<chapter>/units.json``
-    after each unit. Meant for a child process that the caller stops at the deadline: a unit cut
-    short is lost, never journalled in part."""
+    (monotonic s), each journalled whole under ``out/<chapter>/_partial/`` as it finishes, with what was done
+    in ``out/<chapter>/units.json`` after each unit. Meant for a child process that the caller stops at the
+    deadline: a unit cut short is never journalled in part, but its last checkpoint (the chapter's
+    ``store.scratch``, written every few epochs) stays under ``out/<chapter>/_partial/<scale>-<digest>/``,
+    and a unit whose checkpoint the repository holds there (:func:`merge` puts a returned one) resumes from it."""
     import importlib
 
     from gmp import results
@@ -439,18 +441,26 @@ def compute_units(out: Path, chapter: str, scale: str, device: str, deadline: fl
     report = out / chapter / "units.json"
     previous = os.environ.get(results.STAGING_ENV)
     os.environ[results.STAGING_ENV] = str(staging)
+    root = results.results_root()
     try:
         store = results.Store(chapter, cfg)
         units = experiment.units(cfg, store, seed, device)
-        slowest = 0.0
         _write_json(report, summary)
         for key in keys:
-            if time.monotonic() + slowest > deadline:
-                summary["stopped"] = f"{key}: the slowest unit so far ({slowest:.0f} s) would end past the deadline"
+            if time.monotonic() > deadline:
+                summary["stopped"] = f"{key}: not started, the deadline has passed"
                 break
+            scratch = store.scratch(key)
+            saved = root / chapter / scratch.relative_to(out / chapter) if root is not None else None
+            if saved is not None and saved.is_file() and not scratch.exists():
+                scratch.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(saved, scratch)
+                summary.setdefault("resumed", []).append(key)
+                print(f"  {chapter} {key}: resumed from {saved}", flush=True)
+            summary["started"] = key
+            _write_json(report, summary)
             started = time.monotonic()
             store.memo(key, units[key])
-            slowest = max(slowest, time.monotonic() - started)
             summary["done"][key] = round(time.monotonic() - started, 1)
             _write_json(report, summary)
             print(f"  {chapter} {key}: {summary['done'][key]:.0f} s", flush=True)
@@ -484,17 +494,29 @@ def units_job(out: Path, chapters: Sequence[str], scale: str, device: str, deadl
             done[chapter] = {"status": "stopped at the deadline", "log": log[-2000:]}
         if report.is_file():
             done[chapter].update(json.loads(report.read_text()))
-        _keep_journals(out / chapter)
+        _keep_returned(out / chapter)
     return done
 
 
-def _keep_journals(folder: Path) -> None:
-    """Remove from ``folder`` all but its journals (``_partial/*.jsonl``): a child stopped at the deadline
-    leaves its bookkeeping, locks and checkpoints behind, and at most 8 files come back from a GPU machine."""
+def _keep_returned(folder: Path) -> None:
+    """Remove from ``folder`` all but its journals (``_partial/*.jsonl``) and the checkpoint of a unit cut
+    short (``_partial/<scale>-<digest>/<unit>.pt``, whose unit the journal beside it lacks): a child stopped
+    at the deadline leaves its bookkeeping, locks and the checkpoints of finished units behind, and at most
+    8 files come back from a GPU machine (one unit at a time runs per chapter, so at most one checkpoint each)."""
+    from gmp import results
+
     if not folder.is_dir():
         return
+    partial = folder / "_partial"
+
+    def unfinished(path: Path) -> bool:
+        done = results.journal_units(path.parent.with_name(path.parent.name + ".jsonl"))
+        return not any(path.stem == key or path.stem.startswith(f"{key}-") for key in done)
+
     for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if path.is_file() and not (path.parent == folder / "_partial" and path.suffix == ".jsonl"):
+        kept = (path.parent == partial and path.suffix == ".jsonl") or \
+            (path.parent.parent == partial and path.suffix == ".pt" and not path.name.startswith(".") and unfinished(path))
+        if path.is_file() and not kept:
             path.unlink()
         elif path.is_dir() and not any(path.iterdir()):
             path.rmdir()
@@ -524,6 +546,13 @@ def _journal_config(path: Path, chapter: str) -> Any:
     return queued if digest == queued.digest else today
 
 
+def _checkpoint_epoch(path: Path) -> int:
+    """The epochs a unit's checkpoint (:func:`gmp.minibatch.fit_stack`'s) has trained."""
+    from gmp.train import load_checkpoint
+
+    return int(load_checkpoint(path, keys=("epoch",))["epoch"])
+
+
 def merge(out: Path, results_root: Path | None = None) -> list[str]:
     """Add the units journalled under ``out/<chapter>/_partial/`` to the journal of the same name in
     ``results_root`` (default: the repository's ``book/_results``) under ``<chapter>/_partial/``.
@@ -531,7 +560,10 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
     For ``lu_real`` only whole networks are added (``_whole``), and a network that already has an
     entry there is left out whole, so that two runs are never spliced into one trajectory; for the
     other chapters each unit is whole by itself and is added unless its key is there already.
-    Refuses a journal of another config. Returns the keys added."""
+    A returned checkpoint of a unit cut short (``out/<chapter>/_partial/<scale>-<digest>/<unit>.pt``) goes to
+    the same place in ``results_root``, where the next GPU command (which carries it) or a CPU run resumes
+    the unit, unless the unit is journalled there or the checkpoint there has reached a later epoch.
+    Refuses a journal or checkpoint of another config. Returns the journal keys added."""
     from gmp import results
 
     root = results_root if results_root is not None else results.results_root()
@@ -552,6 +584,23 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
         if lines:
             results.append_journal(target, [json.dumps(e) for e in results.with_code(lines, results.journal_entries(path))])
             added += [e["key"] for e in lines]
+    for path in sorted(out.glob("*/_partial/*/*.pt")):
+        chapter = path.parents[2].name
+        if chapter == "lu_real" or path.name.startswith("."):
+            continue
+        journal = path.parent.with_name(path.parent.name + ".jsonl")
+        _journal_config(journal, chapter)
+        target = root / chapter / "_partial" / path.parent.name / path.name
+        journalled = results.journal_units(root / chapter / "_partial" / journal.name)
+        epoch = _checkpoint_epoch(path)
+        if path.stem in journalled:  # a unit key is its checkpoint's name (Store.scratch) when, as here, it is plain
+            print(f"  {chapter} {path.stem}: journalled already, its checkpoint left out", flush=True)
+        elif target.is_file() and _checkpoint_epoch(target) >= epoch:
+            print(f"  {chapter} {path.stem}: the repository's checkpoint is at epoch {_checkpoint_epoch(target)}, "
+                  f"the returned one at {epoch}: kept the repository's", flush=True)
+        else:
+            results.atomic_write_bytes(target, path.read_bytes())
+            print(f"  {chapter} {path.stem}: checkpoint at epoch {epoch} put in {target}", flush=True)
     for path in sorted((out / "lu_real" / "_partial").glob("*.jsonl")):
         cfg = _journal_config(path, "lu_real")
         target = root / "lu_real" / "_partial" / path.name

@@ -317,7 +317,7 @@ def test_queued_settings_add_units_to_the_second_job_without_making_the_chapters
     journal = tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{queued.digest}.jsonl"
     journal.parent.mkdir(parents=True)
     journal.write_text("".join(json.dumps({"key": k, "value": {}}) + "\n" for k in figs.units_keys(without, 0)))
-    added = ["fig4seeds-sin-0", "fig6seeds-sin-0", "fig6seeds-gpn_relu-0"]
+    added = ["fig4seeds-sin-0"] + [f"fig6seeds-{a}-{e}-0" for a in ("sin", "gpn_relu") for e in ("nerf", "rotated")]
     assert gpu.missing_units("sbsnn_author_figs", "smoke") == added
     # the job's child process imports the chapter afresh: its CONFIG has more_seeds and nothing is queued, the
     # same config as this one's queued one (same digest), so it computes the same units
@@ -327,6 +327,64 @@ def test_queued_settings_add_units_to_the_second_job_without_making_the_chapters
     monkeypatch.setattr(figs, "QUEUED", {"smoke": {"more_seeds": [2], "epochs": 9}})
     with pytest.raises(ValueError, match=r"sets \['epochs'\], which its CONFIG has already"):
         gpu.unit_config("sbsnn_author_figs", "smoke")
+
+
+def test_a_unit_resumes_from_the_checkpoint_the_repository_holds_for_it(tmp_path, monkeypatch):
+    """The second job copies a unit's returned checkpoint (put in the repository by ``merge``) to where the
+    unit checkpoints, before computing it; the fit then continues from there (``fit_stack``'s resumption)."""
+    import time
+
+    from gmp import results
+    from gmp.experiments import sbsnn_author_figs as figs
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    cfg = gpu.unit_config("sbsnn_author_figs", "smoke")
+    keys = ["fig4seeds-sin-0", "fig4seeds-triangle-0"]
+    monkeypatch.setattr(figs, "units_keys", lambda cfg, seed: keys)
+    monkeypatch.setattr(figs, "units", lambda cfg, store, seed, device: {
+        k: (lambda k=k: {"found": store.scratch(k).read_text() if store.scratch(k).is_file() else None}) for k in keys})
+    saved = tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{cfg.digest}" / "fig4seeds-sin-0.pt"
+    saved.parent.mkdir(parents=True)
+    saved.write_text("epoch 7 of the unit")
+    summary = gpu.compute_units(tmp_path / "out", "sbsnn_author_figs", "smoke", "cpu", time.monotonic() + 60)
+    assert summary["resumed"] == ["fig4seeds-sin-0"] and list(summary["done"]) == keys
+    journal = tmp_path / "out" / "sbsnn_author_figs" / "_partial" / f"smoke-{cfg.digest}.jsonl"
+    assert results.journal_units(journal) == {keys[0]: {"found": "epoch 7 of the unit"}, keys[1]: {"found": None}}
+
+
+def test_the_checkpoint_of_a_unit_cut_short_comes_back_and_merge_keeps_the_furthest(tmp_path, monkeypatch):
+    import torch
+
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    digest = gpu.unit_config("sbsnn_author_figs", "smoke").digest
+    folder = tmp_path / "out" / "sbsnn_author_figs"
+    scratch = folder / "_partial" / f"smoke-{digest}"
+    scratch.mkdir(parents=True)
+    (folder / "_partial" / f"smoke-{digest}.jsonl").write_text(json.dumps({"key": "fig4seeds-sin-0", "value": 1}) + "\n")
+    for key, epoch in (("fig4seeds-sin-0", 3), ("fig4seeds-triangle-0", 20), ("fig6seeds-sin-nerf-0", 10)):
+        torch.save({"epoch": epoch}, scratch / f"{key}.pt")
+    (scratch / "fig4seeds-triangle-0.lock").write_text("")
+    (folder / ".staging-smoke" / "run-code").mkdir(parents=True)
+    (folder / ".staging-smoke" / "run-code" / "1.json").write_text("{}")
+    gpu._keep_returned(folder)  # fig4seeds-sin-0 finished: its checkpoint does not come back
+    returned = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert returned == [f"_partial/smoke-{digest}.jsonl"] + [f"_partial/smoke-{digest}/{k}.pt" for k in
+                                                              ("fig4seeds-triangle-0", "fig6seeds-sin-nerf-0")]
+    torch.save({"epoch": 3}, scratch / "fig4seeds-sin-0.pt")  # had it come back, merge would leave it out
+    repo = tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}"
+    repo.mkdir(parents=True)
+    torch.save({"epoch": 30}, repo / "fig4seeds-triangle-0.pt")  # a CPU run got further
+    assert gpu.merge(tmp_path / "out") == ["fig4seeds-sin-0"]
+    assert sorted(p.name for p in repo.iterdir()) == ["fig4seeds-triangle-0.pt", "fig6seeds-sin-nerf-0.pt"]
+    assert gpu._checkpoint_epoch(repo / "fig4seeds-triangle-0.pt") == 30
+    assert gpu._checkpoint_epoch(repo / "fig6seeds-sin-nerf-0.pt") == 10
+    other = folder / "_partial" / "smoke-0000000000000000"
+    other.mkdir()
+    torch.save({"epoch": 1}, other / "fig4seeds-sin-0.pt")
+    with pytest.raises(ValueError, match="written for config 0000000000000000"):
+        gpu.merge(tmp_path / "out")
 
 
 def test_store_record_journals_many_units_in_one_write_as_memo_journals_one(tmp_path, monkeypatch):

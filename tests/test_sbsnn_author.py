@@ -182,7 +182,7 @@ def test_figs_fits_more_seeds_as_one_stack_per_network_and_the_claims_read_them(
     cfg = gmp.load_config("sbsnn_author_figs", "smoke")
     units = figs.units(cfg, _NoStore(), 0, "cpu")
     assert list(units) == figs.units_keys(cfg, 0)
-    keys = ["fig4-sin-0", "fig4seeds-sin-0", "fig6-gpn_relu-0", "fig6seeds-gpn_relu-0"]
+    keys = ["fig4-sin-0", "fig4seeds-sin-0", "fig6-gpn_relu-0", "fig6seeds-gpn_relu-nerf-0", "fig6seeds-gpn_relu-rotated-0"]
     done = {key: units[key]() for key in keys}
     assert done["fig4seeds-sin-0"]["seeds"] == cfg.more_seeds == [1]
     assert len(EpochCurves.from_json(done["fig4seeds-sin-0"]["fits"][0]).train_mse) == cfg.compare_epoch < cfg.epochs
@@ -191,7 +191,7 @@ def test_figs_fits_more_seeds_as_one_stack_per_network_and_the_claims_read_them(
     assert [r["seed"] for r in rows["gpn_relu/rotated"]] == [0, 1]
     seed0 = EpochCurves.from_json(done["fig4-sin-0"])
     assert rows["sin/siren_layer"][0]["best_train_psnr"] == float(np.nanmax(seed0.psnr("train")[:cfg.compare_epoch]))
-    nerf, rotated = (EpochCurves.from_json(done["fig6seeds-gpn_relu-0"][e][0]) for e in ("nerf", "rotated"))
+    nerf, rotated = (EpochCurves.from_json(done[f"fig6seeds-gpn_relu-{e}-0"]["fits"][0]) for e in ("nerf", "rotated"))
     assert rows["gpn_relu/nerf"][1]["best_train_psnr"] == float(np.nanmax(nerf.psnr("train")))
     assert nerf.train_mse[0] != rotated.train_mse[0], "the two encoders of one seed are two networks"
     assert set(figs.fits_of(done)["fig4"]) == {"sin/siren_layer"}, "the figures draw seed 0"

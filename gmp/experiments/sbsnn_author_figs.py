@@ -41,7 +41,7 @@ QUEUED = {"paper": dict(more_seeds=[1, 2, 3, 4])}
 """Settings of the paper scale queued for the prepared GPU command's second job (:mod:`gmp.gpu`) and not yet in
 ``CONFIG``: ``more_seeds``, the seeds besides 0 of Fig. 4's SBSNN-family networks (units ``fig4seeds-``, each a
 stack of these seeds fitted for ``compare_epoch`` epochs, the paper's "around 500") and of Fig. 6's networks
-(``fig6seeds-``, both encoders, for ``epochs``).
+(``fig6seeds-``, one stack per activation and encoder, for ``epochs``).
 
 They are out of reach of a 2-core CPU (about 4.5 hours for Fig. 4's three networks and 20 for Fig. 6's fourteen),
 so a GPU lease computes them, one unit after another, into the journal of the config with them
@@ -67,6 +67,10 @@ def siren_layer_spec(cfg, activation: str) -> dict[str, Any]:
     return {**figure_spec(cfg, activation), "first_layer": "siren"}
 
 
+FIG6_ENCODERS = ("nerf", "rotated")
+"""Fig. 6's two encoders, the author's axis-aligned and rotated ones, by curve-name suffix."""
+
+
 def seeded_fig4(cfg) -> list[str]:
     """The activations of Fig. 4 whose networks are fitted again for each of ``more_seeds``: the SBSNN family's."""
     return [a for a in SBSNN_FAMILY if a in cfg.fig4]
@@ -79,7 +83,9 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     ``sirenslow`` (at the constant rate ``siren_slow_lr``, one at which it trains in mini-batches of 32);
     each for ``epochs`` epochs. With ``more_seeds`` (:data:`QUEUED`), the same networks over those seeds, each
     network one stack: ``fig4seeds-<activation>`` (:func:`seeded_fig4`, for ``compare_epoch`` epochs) and
-    ``fig6seeds-<activation>`` (both encoders in one stack, for ``epochs``)."""
+    ``fig6seeds-<activation>-<encoder>`` (``nerf`` or ``rotated``, for ``epochs``). A stack of four such
+    networks checkpoints in about 9 MB, under the 16 MiB a GPU machine returns, so that the GPU command can
+    resume it in a later lease (:mod:`gmp.gpu`)."""
     coords, pixels = data(cfg)
     common = dict(epochs=cfg.epochs, batch_size=cfg.batch_size, device=device, compile=cfg.compile)
 
@@ -110,18 +116,11 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
             layers(siren_layer_spec(cfg, activation)), list(cfg.more_seeds), coords, pixels, lr=cfg.lr,
             plateau=cfg.plateau, checkpoint=store.scratch(key), desc=key, **{**common, "epochs": cfg.compare_epoch})]}
 
-    def fig6_seeds(activation: str) -> Callable[[], dict[str, Any]]:
-        key = f"fig6seeds-{activation}-{seed}"
-
-        def compute() -> dict[str, Any]:
-            count = len(cfg.more_seeds)
-            inputs = torch.stack([encoded(coords, cfg.width, False)] * count + [encoded(coords, cfg.width, True)] * count)
-            fits = fit_stack(layers(figure_spec(cfg, activation)), list(cfg.more_seeds) * 2, inputs, pixels, lr=cfg.lr,
-                             plateau=cfg.plateau, checkpoint=store.scratch(key), desc=key, **common)
-            return {"seeds": list(cfg.more_seeds), "nerf": [f.to_json() for f in fits[:count]],
-                    "rotated": [f.to_json() for f in fits[count:]]}
-
-        return compute
+    def fig6_seeds(activation: str, encoder: str) -> Callable[[], dict[str, Any]]:
+        key = f"fig6seeds-{activation}-{encoder}-{seed}"
+        return lambda: {"seeds": list(cfg.more_seeds), "fits": [fit.to_json() for fit in fit_stack(
+            layers(figure_spec(cfg, activation)), list(cfg.more_seeds), encoded(coords, cfg.width, encoder == "rotated"),
+            pixels, lr=cfg.lr, plateau=cfg.plateau, checkpoint=store.scratch(key), desc=key, **common)]}
 
     out = {f"fig4-{a}-{seed}": fig4(a) for a in cfg.fig4}
     out[f"siren-{seed}"] = siren("siren", cfg.siren_lr, None)
@@ -130,7 +129,7 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     out.update({f"fig6-{a}-{seed}": fig6(a) for a in cfg.fig6})
     if cfg.get("more_seeds"):
         out.update({f"fig4seeds-{a}-{seed}": fig4_seeds(a) for a in seeded_fig4(cfg)})
-        out.update({f"fig6seeds-{a}-{seed}": fig6_seeds(a) for a in cfg.fig6})
+        out.update({f"fig6seeds-{a}-{e}-{seed}": fig6_seeds(a, e) for a in cfg.fig6 for e in FIG6_ENCODERS})
     return out
 
 
@@ -139,7 +138,8 @@ def units_keys(cfg, seed: int) -> list[str]:
     keys = [f"fig4-{a}-{seed}" for a in cfg.fig4] + [f"{kind}-{seed}" for kind in SIREN_ARMS] + \
         [f"fig6-{a}-{seed}" for a in cfg.fig6]
     if cfg.get("more_seeds"):
-        keys += [f"fig4seeds-{a}-{seed}" for a in seeded_fig4(cfg)] + [f"fig6seeds-{a}-{seed}" for a in cfg.fig6]
+        keys += [f"fig4seeds-{a}-{seed}" for a in seeded_fig4(cfg)]
+        keys += [f"fig6seeds-{a}-{e}-{seed}" for a in cfg.fig6 for e in FIG6_ENCODERS]
     return keys
 
 
@@ -211,21 +211,18 @@ def seed_rows(cfg, units_done: Mapping[str, Any]) -> dict[str, list[dict[str, An
 
     for key, unit in units_done.items():
         kind, rest = key.split("-", 1)
-        if kind not in ("fig4seeds", "fig6seeds"):
-            continue
-        activation, seed = rest.rsplit("-", 1)
-        main = units_done.get(f"{kind.removesuffix('seeds')}-{activation}-{seed}")
-        if main is None:
-            continue
         if kind == "fig4seeds":
+            (activation, seed), variant, epochs = rest.rsplit("-", 1), "siren_layer", cfg.compare_epoch
+            main = units_done.get(f"fig4-{activation}-{seed}")
+        elif kind == "fig6seeds":
+            (activation, variant, seed), epochs = rest.rsplit("-", 2), cfg.epochs
+            main = units_done.get(f"fig6-{activation}-{seed}", {}).get(variant)
+        else:
+            continue
+        if main is not None:
             fits = {int(seed): EpochCurves.from_json(main),
                     **{s: EpochCurves.from_json(f) for s, f in zip(unit["seeds"], unit["fits"])}}
-            out[f"{activation}/siren_layer"] = rows(fits, cfg.compare_epoch)
-        else:
-            for encoder in ("nerf", "rotated"):
-                fits = {int(seed): EpochCurves.from_json(main[encoder]),
-                        **{s: EpochCurves.from_json(f) for s, f in zip(unit["seeds"], unit[encoder])}}
-                out[f"{activation}/{encoder}"] = rows(fits, cfg.epochs)
+            out[f"{activation}/{variant}"] = rows(fits, epochs)
     return out
 
 
@@ -354,7 +351,7 @@ def _rotated_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     return measured, NOT_REPRODUCED if pairs and sign_test(losses, len(pairs)) < SIGN_LEVEL else INCONCLUSIVE
 
 
-FIG6_SEEDS = [f"{a}/{encoder}" for a in FIG7_ACTIVATIONS for encoder in ("nerf", "rotated")]
+FIG6_SEEDS = [f"{a}/{encoder}" for a in FIG7_ACTIVATIONS for encoder in FIG6_ENCODERS]
 """The seed rows (:func:`seed_rows`) of Fig. 6's networks."""
 
 
