@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gmp import _native
 from gmp.hyperspherical import _angles_to_unit_reference, scaled_directions
 from gmp.layers import GmPLinear
 
@@ -98,8 +99,10 @@ def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: in
 
     rows = []
     initial_threads = torch.get_num_threads()
+    why_not = _native.unavailable() if dev.type == "cpu" else "not on the CPU"
     print_fn(f"forward+backward, {width}x{width}, float32, {dev}, torch {torch.__version__}; "
-             f"{clock} clock, min over {repeats} repeats")
+             f"{clock} clock, min over {repeats} repeats; map: "
+             + ("compiled (gmp._native)" if why_not is None else f"torch ops (no compiled map: {why_not})"))
     print_fn(f"{'threads':>7} {'batch':>6} {'Linear+ReLU ms':>15} {'GmPLinear ms':>13} {'ratio':>6} "
              f"{'map ms':>7} {'map share':>9} {'cumprod ms':>11} {'ratio':>6}")
     try:

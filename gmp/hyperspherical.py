@@ -6,12 +6,14 @@ A unit vector ``u`` in R^n is written with ``n - 1`` angles ``theta``::
     u_i = sin(theta_1) ... sin(theta_{i-1}) cos(theta_i)      1 < i < n
     u_n = sin(theta_1) ... sin(theta_{n-1})
 
-:func:`angles_to_unit` computes the map in a few vectorised passes over the angles (one
-sine, one cosine, one blocked cumulative product; no loop over units or over the
-dimension) and a hand-written backward pass that costs O(n) per unit (one blocked suffix
-sum, no reversed copies, no second evaluation of sines or cosines), so a
+:func:`angles_to_unit` computes the map at O(n) per unit in each direction, so a
 geometric-parameterization layer pays O(out * in) per step for its direction;
-:func:`scaled_directions` computes ``r u(theta)`` at the same cost.
+:func:`scaled_directions` computes ``r u(theta)`` at the same cost. On the CPU (float32 and
+float64) each direction is one compiled pass over the angles (:mod:`gmp._native`, built on first
+use with the system's C compiler); elsewhere, or without a compiler, a few vectorised torch
+passes (one sine, one cosine, one blocked cumulative product forward; one blocked suffix sum
+backward, no reversed copies, no second evaluation of sines or cosines) that never read a
+tensor back to the host. Both give the same values and gradients to rounding.
 :func:`unit_to_angles` is its exact inverse for every nonzero vector, including those
 with a negative last coordinate: the first ``n - 2`` angles lie in [0, pi] and the last
 one in (-pi, pi]. (The official TensorFlow code of Chen & Ge loses the sign of ``u_n``
@@ -26,6 +28,8 @@ import typing
 
 import torch
 from torch.autograd.function import once_differentiable
+
+from gmp import _native
 
 __all__ = ["angles_to_unit", "scaled_directions", "unit_to_angles", "uniform_directions", "fourth_moment_test",
            "FourthMomentTest"]
@@ -205,12 +209,35 @@ def _degenerate_factor_grads(theta: torch.Tensor, prefix: torch.Tensor, grad_wei
             torch.where(zero[:, 0], at_first[:, 0], grad_scale))
 
 
+class _CompiledScaledUnit(torch.autograd.Function):
+    """:class:`_ScaledUnit` on the CPU in one compiled pass per direction (:mod:`gmp._native`):
+    it reads each row of angles once, evaluates its sines and cosines again in the backward pass
+    rather than storing them, and has no quotient, so degenerate rows need no second pass."""
+
+    @staticmethod
+    def forward(ctx, theta: torch.Tensor, scale: torch.Tensor, kernel: _native.Kernel) -> torch.Tensor:
+        ctx.kernel = kernel
+        ctx.save_for_backward(theta, scale)
+        return kernel.forward(theta, scale)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        theta, scale = ctx.saved_tensors
+        return *ctx.kernel.backward(theta, scale, grad_weight), None
+
+
 def _scaled_unit(theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """:class:`_ScaledUnit`, or under ``torch.compile`` the same formula in plain ops: its
-    forward writes into slices and its backward tests for degenerate rows on the host,
-    which a compiled graph cannot do; the compiler differentiates ``cumprod`` exactly itself."""
+    """:class:`_CompiledScaledUnit` where the kernel serves ``theta`` (float32 or float64 on the
+    CPU), else :class:`_ScaledUnit`; under ``torch.compile`` the same formula in plain ops
+    instead: their forward passes write into slices or call a library and their backward passes
+    test for degenerate rows on the host, which a compiled graph cannot do; the compiler
+    differentiates ``cumprod`` exactly itself."""
     if torch.compiler.is_compiling():
         return scale[:, None] * _angles_to_unit_reference(theta)
+    kernel = _native.kernel(theta)
+    if kernel is not None:
+        return _CompiledScaledUnit.apply(theta.contiguous(), scale.contiguous(), kernel)
     return _ScaledUnit.apply(theta, scale)
 
 

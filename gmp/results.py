@@ -18,7 +18,8 @@ place when the run succeeds. A chapter built by Jupyter Book, or opened in Colab
 reads. A cached result whose config digest differs from the chapter's current config is
 reported as stale, and one whose files fail their hashes or cannot be read as corrupt,
 never as current. One computed by gmp code that has changed since stays current, and says
-in which modules the code changed (:func:`code_fingerprint`).
+in which modules the code changed (:func:`code_fingerprint`), or that a module was rewritten
+without changing what it computes, and why that is known (:data:`SAME_FUNCTION`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import time
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -191,6 +192,8 @@ class Cached:
     recorded no code fingerprint)."""
     units_code: dict[str, Any] = dataclasses.field(default_factory=dict)
     """How many of the journalled :attr:`units` today's code did not compute, as :func:`resumed_code` gives it."""
+    code_same: tuple[SameFunction, ...] = ()
+    """The chapter's modules rewritten since the cached run without changing what they compute (:data:`SAME_FUNCTION`)."""
 
     @property
     def journalled(self) -> int:
@@ -258,6 +261,9 @@ class Cached:
                        f"that run; the numbers are that run's (rerun {command} to recompute them).")
         else:
             checks += f" The code of the {scope} has not changed since this run finished."
+        for same in self.code_same:
+            checks += (f" gmp/{same.module} has been rewritten since in how it computes, not what it computes: "
+                       f"{same.why}.")
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
@@ -513,9 +519,11 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     code = provenance.get("code")
     modules = code.get("modules") if isinstance(code, dict) else None
     scheme = code.get("hash", "source") if isinstance(code, dict) else None
-    code_changed = tuple(changed_modules(modules, scheme, chapter_modules(chapter))) if isinstance(
-        modules, dict) and scheme in (CODE_HASH, "source") else None
-    return Cached(chapter, name, scale, status, payload, arrays, provenance, code_changed=code_changed)
+    comparable = isinstance(modules, dict) and scheme in (CODE_HASH, "source")
+    code_changed = tuple(changed_modules(modules, scheme, chapter_modules(chapter))) if comparable else None
+    code_same = tuple(same_function(modules, scheme, chapter_modules(chapter))) if comparable else ()
+    return Cached(chapter, name, scale, status, payload, arrays, provenance, code_changed=code_changed,
+                  code_same=code_same)
 
 
 class CorruptCache(Exception):
@@ -890,19 +898,67 @@ def code_edited() -> list[str]:
     return sorted(edited)
 
 
+class SameFunction(NamedTuple):
+    """A module of gmp rewritten without changing what it computes (see :data:`SAME_FUNCTION`)."""
+
+    module: str
+    """Its path inside the package, as in :func:`code_fingerprint`."""
+    before: str
+    """Its :data:`CODE_HASH` in the runs the record vouches for."""
+    after: str
+    """Its :data:`CODE_HASH` after the rewrite; the record lapses when the module changes again."""
+    why: str
+    """What changed and what shows that the function did not (the tests that compare them)."""
+
+
+SAME_FUNCTION: tuple[SameFunction, ...] = (
+    SameFunction("hyperspherical.py", "794e227df15aed32", "bc2f2b33b810573f",
+                 "on the CPU, its map from angles to directions now runs as one compiled pass per direction "
+                 "(gmp/_native.py, issue #30) instead of several torch passes; its outputs and gradients equal "
+                 "those of the previous code, and of autograd through cumprod, to float64 rounding in every "
+                 "orthant and at degenerate angles (tests/test_hyperspherical.py), so a rerun would differ "
+                 "only through float32 rounding"),
+)
+"""Modules rewritten (for speed, say) since cached runs without changing the function they compute.
+A cached run that recorded a module as ``before`` counts as run by today's code in it while the
+module hashes as ``after``; its note names the module and says why. Each record is a claim that
+tests back, and lapses when the module changes again (a test then asks to renew or drop it), so
+that no later change can shelter under it."""
+
+
+def _same(module: str, recorded: str, today: str) -> SameFunction | None:
+    return next((same for same in SAME_FUNCTION
+                 if (same.module, same.before, same.after) == (module, recorded, today)), None)
+
+
 def changed_modules(modules: Mapping[str, str], scheme: str = "source",
                     within: Collection[str] | None = None) -> list[str]:
     """The modules of a recorded fingerprint's ``modules``, hashed under ``scheme`` (its ``"hash"``;
     ``"source"`` when it records none), that today's code has changed or removed; of the changed
     ones, only those in ``within`` when given (a chapter's :func:`chapter_modules`); a removed one
-    is always listed.
+    is always listed. A module rewritten since without changing its function
+    (:data:`SAME_FUNCTION`, :func:`same_function`) is not listed.
 
     Modules added since are not listed: a new module cannot have changed an old result
     unless an old module changed to use it.
     """
     today = _module_hashes(scheme)
     return sorted(module for module, digest in modules.items()
-                  if module not in today or (today[module] != digest and (within is None or module in within)))
+                  if module not in today or (today[module] != digest and (within is None or module in within)
+                                             and not (scheme == CODE_HASH and _same(module, digest, today[module]))))
+
+
+def same_function(modules: Mapping[str, str], scheme: str = "source",
+                  within: Collection[str] | None = None) -> list[SameFunction]:
+    """The records of :data:`SAME_FUNCTION` by which modules of a recorded fingerprint's ``modules``
+    (hashed under ``scheme``) differ from today's code without computing anything else; only
+    for the modules in ``within`` when given."""
+    if scheme != CODE_HASH:
+        return []
+    today = _module_hashes(scheme)
+    found = (_same(module, digest, today.get(module, "")) for module, digest in sorted(modules.items())
+             if within is None or module in within)
+    return [same for same in found if same is not None]
 
 
 def _imported(path: Path, package: Path) -> set[Path]:

@@ -210,12 +210,26 @@ def _degenerate_rows(theta: torch.Tensor, scale: torch.Tensor) -> None:
     scale[5] = 0.0
 
 
-@pytest.mark.parametrize("index_rows", [True, False], ids=["rows-by-index", "masked"])
-@pytest.mark.parametrize("n", [2, 3, 5, 32, 33, 40, 257, 1024])
-def test_fused_map_equals_autograd_through_cumprod_in_every_orthant_and_degenerate_points(n, index_rows, monkeypatch):
-    from gmp import hyperspherical
+PATHS = ["compiled", "torch-rows-by-index", "torch-masked"]
+"""The three implementations of the map: the compiled CPU kernel (:mod:`gmp._native`), and the torch
+one (GPUs, or no C compiler) picking degenerate rows by index (its CPU form) or masking every row
+(its GPU form)."""
 
-    monkeypatch.setattr(hyperspherical, "_index_rows", lambda device: index_rows)
+
+def _use_path(path: str, monkeypatch) -> None:
+    from gmp import _native, hyperspherical
+
+    if path == "compiled":
+        assert _native.unavailable() is None, _native.unavailable()
+        return
+    monkeypatch.setattr(hyperspherical._native, "kernel", lambda theta: None)
+    monkeypatch.setattr(hyperspherical, "_index_rows", lambda device: path == "torch-rows-by-index")
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("n", [2, 3, 5, 9, 32, 33, 40, 257, 1024])
+def test_fused_map_equals_autograd_through_cumprod_in_every_orthant_and_degenerate_points(n, path, monkeypatch):
+    _use_path(path, monkeypatch)
     g = torch.Generator().manual_seed(n)
     theta = _every_orthant(n, max(2 ** min(n, 5), 8), g)
     scale = torch.rand(len(theta), generator=g, dtype=torch.float64) * 4 - 2
@@ -228,11 +242,11 @@ def test_fused_map_equals_autograd_through_cumprod_in_every_orthant_and_degenera
     assert torch.equal(fused[1][5], torch.zeros(n - 1, dtype=torch.float64))  # zero scale: no angle moves w
 
 
-@pytest.mark.parametrize("index_rows", [True, False], ids=["rows-by-index", "masked"])
-def test_fused_map_gradcheck_at_degenerate_angles_on_both_paths(index_rows, monkeypatch):
+@pytest.mark.parametrize("path", PATHS)
+def test_fused_map_gradcheck_at_degenerate_angles_on_every_path(path, monkeypatch):
     from gmp import hyperspherical
 
-    monkeypatch.setattr(hyperspherical, "_index_rows", lambda device: index_rows)
+    _use_path(path, monkeypatch)
     theta = torch.randn(7, 40, dtype=torch.float64)
     scale = torch.randn(7, dtype=torch.float64)
     _degenerate_rows(theta, scale)
@@ -240,10 +254,12 @@ def test_fused_map_gradcheck_at_degenerate_angles_on_both_paths(index_rows, monk
                                     (theta.requires_grad_(True), scale.requires_grad_(True)))
 
 
-def test_fused_map_underflowing_products_take_the_exact_scale_gradient():
+@pytest.mark.parametrize("path", PATHS)
+def test_fused_map_underflowing_products_take_the_exact_scale_gradient(path, monkeypatch):
     # scale 1e-300 times sines of 1e-5: P_l underflows to exactly 0 at a factor that is not 0.
     from gmp.hyperspherical import scaled_directions
 
+    _use_path(path, monkeypatch)
     theta = torch.full((2, 40), 1e-5, dtype=torch.float64)
     theta[1] = torch.linspace(0.1, 3.0, 40, dtype=torch.float64)
     scale = torch.tensor([1e-300, 1e-300], dtype=torch.float64, requires_grad=True)
@@ -291,3 +307,131 @@ def test_reverse_scan_avoids_matrix_products_that_may_round_float32_to_bfloat16(
         assert torch.equal(_reverse_cumsum(x), x.flip(1).cumsum(1).flip(1))
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+# ---------------------------------------------------------------- the compiled CPU kernel (gmp._native)
+
+def test_compiled_map_serves_float32_and_float64_cpu_tensors_only():
+    from gmp import _native
+
+    assert _native.unavailable() is None, _native.unavailable()
+    assert _native.kernel(torch.zeros(2, 3)) is not None and _native.kernel(torch.zeros(2, 3).double()) is not None
+    assert _native.kernel(torch.zeros(2, 3, dtype=torch.bfloat16)) is None
+    assert _native.kernel(torch.zeros(2, 3, device="meta")) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_sines_and_cosines_at_large_and_special_angles(dtype):
+    # The kernel's own sine and cosine: a reduction by multiples of pi/2, then polynomials, up to
+    # 8192 (float32) or 2^20 (float64), the C library beyond; inf and nan give nan as torch does.
+    from gmp.hyperspherical import scaled_directions
+
+    special = [0.0, -0.0, math.pi / 2, -math.pi / 2, math.pi, -math.pi, 3 * math.pi / 4, 1e3, -8191.5, 8193.0,
+               -1e5, 1048575.0, 1048577.0, 3e7, 1e30, float("inf"), float("-inf"), float("nan")]
+    theta = torch.tensor(special, dtype=torch.float64)
+    theta = torch.cat([theta, (torch.rand(4000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+                               * 2 - 1) * 20])[:, None].to(dtype)
+    got = scaled_directions(theta, torch.ones(len(theta), dtype=dtype))
+    exact = torch.stack([torch.cos(theta.double()[:, 0]), torch.sin(theta.double()[:, 0])], dim=1)
+    nan = ~torch.isfinite(theta[:, 0])
+    assert torch.isnan(got[nan]).all() and torch.isfinite(got[~nan]).all()
+    ulp = torch.finfo(dtype).eps  # of numbers in [1, 2): the errors of values of magnitude up to 1
+    assert (got[~nan].double() - exact[~nan]).abs().max() <= ulp
+
+
+def test_compiled_map_of_float32_is_as_accurate_as_torchs():
+    from gmp.hyperspherical import scaled_directions
+
+    theta = gmp.unit_to_angles(gmp.uniform_directions(64, 1024, generator=torch.Generator().manual_seed(3)))
+    exact = _angles_to_unit_reference(theta.double())
+    ones = torch.ones(64)
+    compiled = (scaled_directions(theta, ones).double() - exact).abs().max()
+    plain = (_angles_to_unit_reference(theta).double() - exact).abs().max()
+    assert compiled <= 2 * plain
+
+
+def test_compiled_map_is_the_same_on_any_number_of_threads_and_for_strided_angles():
+    from gmp.hyperspherical import scaled_directions
+
+    theta = torch.randn(37, 300, generator=torch.Generator().manual_seed(4))
+    scale = torch.randn(37, generator=torch.Generator().manual_seed(5))
+    grad = torch.randn(37, 301, generator=torch.Generator().manual_seed(6))
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for threads, angles in ((1, theta), (3, theta), (2, theta.t().contiguous().t())):
+            torch.set_num_threads(threads)
+            t, s = angles.detach().requires_grad_(True), scale.clone().requires_grad_(True)
+            out = scaled_directions(t, s)
+            out.backward(grad)
+            results.append((out.detach(), t.grad, s.grad))
+    finally:
+        torch.set_num_threads(before)
+    assert not theta.t().contiguous().t().is_contiguous()
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))  # rows are split, not sums
+
+
+@pytest.fixture
+def fresh_native(tmp_path, monkeypatch):
+    """:mod:`gmp._native` as on first use, building into an empty folder; restored afterwards."""
+    from gmp import _native
+
+    def reset():
+        _native._library.cache_clear()
+        _native._kernels.cache_clear()
+        _native._FAILURE.clear()
+
+    monkeypatch.setenv("GMP_KERNELS", str(tmp_path / "kernels"))
+    reset()
+    yield _native
+    monkeypatch.undo()
+    reset()
+
+
+def test_compiled_map_builds_once_into_gmp_kernels(fresh_native):
+    assert fresh_native.unavailable() is None
+    built = list(fresh_native._kernel_dir().glob("hyperspherical-*.so"))
+    assert len(built) == 1 and not list(fresh_native._kernel_dir().glob("tmp*"))
+    stamp = built[0].stat().st_mtime_ns
+    fresh_native._library.cache_clear()
+    fresh_native._kernels.cache_clear()
+    assert fresh_native.unavailable() is None and built[0].stat().st_mtime_ns == stamp  # loaded, not rebuilt
+
+
+@pytest.mark.parametrize("setting, why", [
+    ({"GMP_NATIVE": "0"}, "turned off by GMP_NATIVE=0"),
+    ({"CC": "no-such-compiler-here"}, "no C compiler 'no-such-compiler-here' on PATH"),
+    ({"CC": "false"}, "compiling or loading it failed"),
+])
+def test_without_the_compiled_map_the_torch_map_runs_and_says_why(setting, why, fresh_native, monkeypatch):
+    from gmp.hyperspherical import scaled_directions
+
+    for name, value in setting.items():
+        monkeypatch.setenv(name, value)
+    theta = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    assert fresh_native.kernel(theta) is None and why in fresh_native.unavailable()
+    scale = torch.ones(5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(scaled_directions, (theta, scale))
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-13), (torch.float32, 1e-5)])
+def test_compiled_map_equals_the_torch_map_it_replaced_on_the_cpu(dtype, tol, monkeypatch):
+    # What gmp.results.SAME_FUNCTION vouches for: the cached runs used the torch map.
+    from gmp import hyperspherical
+
+    g = torch.Generator().manual_seed(7)
+    theta = _every_orthant(300, 64, g).to(dtype)
+    scale = (torch.rand(len(theta), generator=g, dtype=torch.float64) + 0.5).to(dtype)
+    _degenerate_rows(theta, scale)
+    grad = torch.randn(len(theta), 300, generator=g, dtype=torch.float64).to(dtype)
+    results = []
+    for path in ("compiled", "torch-rows-by-index"):
+        with monkeypatch.context() as patch:
+            _use_path(path, patch)
+            t, s = theta.clone().requires_grad_(True), scale.clone().requires_grad_(True)
+            out = hyperspherical.scaled_directions(t, s)
+            out.backward(grad)
+            results.append((out.detach(), t.grad, s.grad))
+    for compiled, previous in zip(*results):
+        assert (compiled - previous).abs().max() <= tol * previous.abs().max()

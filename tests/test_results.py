@@ -453,6 +453,40 @@ def test_a_cache_says_whether_the_code_changed_since_and_where_but_stays_current
     assert "The code of the gmp modules has not changed since this run finished." in results.cached("fake_chapter", "summary").describe()
 
 
+def test_a_module_rewritten_with_the_same_function_is_named_not_counted_as_changed(chapter, tmp_path, monkeypatch):
+    digest = config.load("fake_chapter", "paper").digest
+    folder = _publish(tmp_path, "paper", {"gap": 0.25}, digest)
+    provenance = json.loads((folder / "provenance.json").read_text())
+    today = results.code_fingerprint()["modules"]
+    module = "experiments/chen_levy.py"
+    same = results.SameFunction(module, "0" * 16, today[module], "tested equal")
+    monkeypatch.setattr(results, "SAME_FUNCTION", (same,))
+    for recorded, changed, named in (("0" * 16, (), (same,)), ("1" * 16, (module,), ())):
+        code = {**results.code_fingerprint(), "modules": {**today, module: recorded}}
+        results.atomic_write_json(folder / "provenance.json", {**provenance, "code": code})
+        entry = results.cached("fake_chapter", "summary")
+        assert entry.code_changed == changed and entry.code_same == named
+        assert results.changed_modules(code["modules"], results.CODE_HASH) == list(changed)
+    monkeypatch.setattr(results, "SAME_FUNCTION", (same._replace(after="2" * 16),))  # lapsed: the module changed again
+    code = {**results.code_fingerprint(), "modules": {**today, module: "0" * 16}}
+    assert results.changed_modules(code["modules"], results.CODE_HASH) == [module]
+    assert results.same_function(code["modules"], results.CODE_HASH) == []
+    assert results.same_function(code["modules"], "source") == []  # byte hashes are never vouched for
+    monkeypatch.setattr(results, "SAME_FUNCTION", (same,))
+    results.atomic_write_json(folder / "provenance.json", {**provenance, "code": code})
+    text = results.cached("fake_chapter", "summary").describe()
+    assert f"gmp/{module} has been rewritten since in how it computes, not what it computes: tested equal." in text
+    assert "CODE CHANGED" not in text
+
+
+def test_every_same_function_record_names_todays_code():
+    # A record lapses when its module changes again: renew it (with tests) or drop it.
+    today = results.read_module_hashes(results.CODE_HASH)
+    for same in results.SAME_FUNCTION:
+        assert today.get(same.module) == same.after, same
+        assert same.before != same.after and same.why
+
+
 def test_the_code_hash_leaves_out_documentation_comments_and_layout_but_not_code():
     source = 'X = 1\n"""Doc of X."""\n\n\ndef f(x):\n    """Doc."""\n    return x + X  # why\n'
     reworded = '# a header\nX = 1\n"""Another doc."""\ndef f(x):\n    """Doc,\n    longer."""\n\n    return (x +\n            X)\n'

@@ -1,0 +1,336 @@
+"""The hyperspherical map of :mod:`gmp.hyperspherical` as one compiled pass per direction on the CPU.
+
+The source below (C, no dependency beyond the C library) is compiled on first use with the
+system's C compiler (``$CC``, else ``cc``) into ``$GMP_KERNELS`` (default
+``~/.cache/gmp/kernels``), once per source, flags and processor, and loaded with ``ctypes``.
+Where no compiler works, :func:`kernel` says why (:func:`unavailable`) and the map runs in
+torch instead, at several passes over the angles. ``GMP_NATIVE=0`` turns the compiled map off.
+
+Each row of angles is read once per direction. Forward: its sines and cosines (one vectorised
+loop, no library calls: a reduction by multiples of pi/2 and Taylor polynomials, within an ulp
+of the C library's) go to a scratch row, a cumulative product runs over them, and the row of
+``r u(theta)`` is written. Backward: the same, then the reverse
+recurrence ``Q_j = g_j cos(theta_j) + sin(theta_j) Q_{j+1}`` (``Q_k = g_k``) gives, with no
+division, ``dL/dtheta_j = P_j (cos(theta_j) Q_{j+1} - sin(theta_j) g_j)`` and
+``dL/dscale = Q_0``, where ``P_j = scale sin(theta_0) ... sin(theta_{j-1})``. Each scan runs as
+eight chains over eight segments of the row, joined afterwards, so that it does not wait on one
+chain of dependent multiplications. Rows are split among ``torch.get_num_threads()`` threads of
+torch's own OpenMP pool.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = r"""
+/* This file includes itself once per floating-point type (float32, float64) and so compiles twice over. */
+#ifndef T
+#include <stddef.h>
+#include <stdlib.h>
+#include <tgmath.h> /* rint, fabs, sin, cos of the argument's type */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define SEGS 8 /* independent chains per scan */
+
+#define T float
+#define NAME(f) float32_##f
+#define BIG 8192.0f
+#define TWO_OVER_PI 0.636619772367581343f
+#define PIO2_1 1.5703125f
+#define PIO2_2 4.837512969970703e-4f
+#define PIO2_3 7.549790126404332e-08f
+#define SIN_POLY(r2) (-1.0f / 6 + r2 * (1.0f / 120 + r2 * (-1.0f / 5040 + r2 * (1.0f / 362880))))
+#define COS_POLY(r2) (-0.5f + r2 * (1.0f / 24 + r2 * (-1.0f / 720 + r2 * (1.0f / 40320 + r2 * (-1.0f / 3628800)))))
+#include __FILE__
+#undef T
+#undef NAME
+#undef BIG
+#undef TWO_OVER_PI
+#undef PIO2_1
+#undef PIO2_2
+#undef PIO2_3
+#undef SIN_POLY
+#undef COS_POLY
+
+#define T double
+#define NAME(f) float64_##f
+#define BIG 1048576.0
+#define TWO_OVER_PI 0.63661977236758134308
+#define PIO2_1 1.5707963276654482
+#define PIO2_2 -8.705515692000731e-10
+#define PIO2_3 -3.50343439808993e-19
+#define SIN_POLY(r2) (-1.0 / 6 + r2 * (1.0 / 120 + r2 * (-1.0 / 5040 + r2 * (1.0 / 362880 + r2 * (-1.0 / 39916800 \
+  + r2 * (1.0 / 6227020800.0 + r2 * (-1.0 / 1307674368000.0 + r2 * (1.0 / 355687428096000.0))))))))
+#define COS_POLY(r2) (-0.5 + r2 * (1.0 / 24 + r2 * (-1.0 / 720 + r2 * (1.0 / 40320 + r2 * (-1.0 / 3628800 \
+  + r2 * (1.0 / 479001600.0 + r2 * (-1.0 / 87178291200.0 + r2 * (1.0 / 20922789888000.0 \
+  + r2 * (-1.0 / 6402373705728000.0)))))))))
+#include __FILE__
+
+#else
+
+/* Sines and cosines in one loop that compilers vectorise: the angle less the nearest multiple
+   q pi/2 (pi/2 in three parts, the first two short enough that q times them is exact while
+   |x| <= BIG), then the Taylor polynomials of sin and cos on [-pi/4, pi/4] (their first omitted
+   terms are below half an ulp), placed by the quadrant q mod 4. Angles beyond BIG (and
+   infinities) take the C library's functions; NaN stays NaN. */
+static void NAME(sincos)(ptrdiff_t k, const T *restrict x, T *restrict S, T *restrict C) {
+  int big = 0;
+  for (ptrdiff_t j = 0; j < k; j++) {
+    T q = rint(x[j] * TWO_OVER_PI);
+    q = q > BIG ? BIG : q < -BIG ? -BIG : q;
+    T r = x[j] - q * PIO2_1;
+    r = r - q * PIO2_2;
+    r = r - q * PIO2_3;
+    T r2 = r * r, s = r + r * r2 * SIN_POLY(r2), c = 1 + r2 * COS_POLY(r2);
+    int n = q == q ? (int)q : 0;
+    T sv = (n & 1) ? c : s, cv = (n & 1) ? s : c;
+    S[j] = (n & 2) ? -sv : sv;
+    C[j] = ((n + 1) & 2) ? -cv : cv;
+    big |= fabs(x[j]) > BIG;
+  }
+  if (big)
+    for (ptrdiff_t j = 0; j < k; j++)
+      if (fabs(x[j]) > BIG) { S[j] = sin(x[j]); C[j] = cos(x[j]); }
+}
+
+/* P[j] = p0 s[0] ... s[j-1] for j < k; returns p0 s[0] ... s[k-1]. Eight chains run over eight
+   segments of the row (the rest of it after them), then each segment takes the product of those
+   before it. */
+static T NAME(prefix)(ptrdiff_t k, T p0, const T *restrict s, T *restrict P) {
+  ptrdiff_t len = k / SEGS;
+  T q[SEGS], off = p0;
+  for (int t = 0; t < SEGS; t++) q[t] = 1;
+  for (ptrdiff_t i = 0; i < len; i++)
+    for (int t = 0; t < SEGS; t++) { P[t * len + i] = q[t]; q[t] *= s[t * len + i]; }
+  for (int t = 0; t < SEGS; t++) {
+    for (ptrdiff_t j = t * len; j < (t + 1) * len; j++) P[j] *= off;
+    off *= q[t];
+  }
+  for (ptrdiff_t j = SEGS * len; j < k; j++) { P[j] = off; off *= s[j]; }
+  return off;
+}
+
+/* One row: w = scale u(theta), k angles, k + 1 coordinates; scratch holds 3k numbers. */
+static void NAME(forward_row)(ptrdiff_t k, T scale, const T *restrict theta, T *restrict w, T *scratch) {
+  T *S = scratch, *C = S + k, *P = C + k;
+  NAME(sincos)(k, theta, S, C);
+  w[k] = NAME(prefix)(k, scale, S, P);
+  for (ptrdiff_t j = 0; j < k; j++) w[j] = P[j] * C[j];
+}
+
+/* One row's gradients for the upstream gradient g (k + 1 numbers); scratch holds 5k numbers.
+   Q_j = g_j C_j + S_j Q_{j+1} from Q_k = g_k down; dtheta_j = P_j (C_j Q_{j+1} - S_j g_j);
+   dscale = Q_0. The recurrence runs as eight chains over the segments: within segment t,
+   Q_{j+1} = A[j] + B[j] Q_end, where Q_end is the Q just after the segment. */
+static T NAME(backward_row)(ptrdiff_t k, T scale, const T *restrict theta, const T *restrict g,
+                            T *restrict gt, T *scratch) {
+  ptrdiff_t len = k / SEGS;
+  T *S = scratch, *C = S + k, *P = C + k, *A = P + k, *B = A + k;
+  NAME(sincos)(k, theta, S, C);
+  NAME(prefix)(k, scale, S, P);
+  T q = g[k];
+  for (ptrdiff_t j = k - 1; j >= SEGS * len; j--) {
+    gt[j] = P[j] * (C[j] * q - S[j] * g[j]);
+    q = g[j] * C[j] + S[j] * q;
+  }
+  T x[SEGS], y[SEGS];
+  for (int t = 0; t < SEGS; t++) { x[t] = 0; y[t] = 1; }
+  for (ptrdiff_t i = len - 1; i >= 0; i--)
+    for (int t = 0; t < SEGS; t++) {
+      ptrdiff_t j = t * len + i;
+      A[j] = x[t];
+      B[j] = y[t];
+      x[t] = g[j] * C[j] + S[j] * x[t];
+      y[t] *= S[j];
+    }
+  for (int t = SEGS - 1; t >= 0; t--) {
+    for (ptrdiff_t j = t * len; j < (t + 1) * len; j++)
+      gt[j] = P[j] * (C[j] * (A[j] + B[j] * q) - S[j] * g[j]);
+    q = x[t] + y[t] * q;
+  }
+  return q;
+}
+
+/* The m rows, split among `threads` threads of the OpenMP runtime that torch runs on (the
+   library loaded already under the same name serves this one), or in this thread without
+   OpenMP. Returns 0, or 1 when a thread could not allocate its scratch row. */
+int NAME(forward)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, T *w, int threads) {
+  int failed = 0;
+#pragma omp parallel num_threads(threads) if (threads > 1 && m > 1) reduction(| : failed)
+  {
+    ptrdiff_t id = 0, n = 1;
+#ifdef _OPENMP
+    id = omp_get_thread_num();
+    n = omp_get_num_threads();
+#endif
+    T *scratch = malloc(sizeof(T) * (size_t)(3 * k + 1));
+    failed = scratch == NULL;
+    for (ptrdiff_t r = m * id / n; scratch && r < m * (id + 1) / n; r++)
+      NAME(forward_row)(k, scale[r], theta + r * k, w + r * (k + 1), scratch);
+    free(scratch);
+  }
+  return failed;
+}
+
+int NAME(backward)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, const T *g, T *gtheta,
+                   T *gscale, int threads) {
+  int failed = 0;
+#pragma omp parallel num_threads(threads) if (threads > 1 && m > 1) reduction(| : failed)
+  {
+    ptrdiff_t id = 0, n = 1;
+#ifdef _OPENMP
+    id = omp_get_thread_num();
+    n = omp_get_num_threads();
+#endif
+    T *scratch = malloc(sizeof(T) * (size_t)(5 * k + 1));
+    failed = scratch == NULL;
+    for (ptrdiff_t r = m * id / n; scratch && r < m * (id + 1) / n; r++)
+      gscale[r] = NAME(backward_row)(k, scale[r], theta + r * k, g + r * (k + 1), gtheta + r * k, scratch);
+    free(scratch);
+  }
+  return failed;
+}
+#endif
+"""
+"""The kernel: ``<dtype>_forward`` writes ``scale[:, None] * u(theta)``; ``<dtype>_backward``
+writes the gradients of the angles and the scales; both return 0, or 1 when out of memory."""
+
+FLAGS = (
+    ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-tree-slp-vectorize"),
+    ("-O3", "-march=native", "-fno-math-errno", "-fno-tree-slp-vectorize"),
+    ("-O2",),
+)
+"""Compiler flags, tried in order until one set compiles. The first tunes for this processor and
+splits the rows among torch's threads with OpenMP: the library it loads has the name of the one
+torch loaded already, so the two share one pool of threads and do not compete for the cores.
+``-fno-math-errno`` lets ``rint`` compile to one instruction; SLP vectorisation is off because it
+packs the eight scan chains into one vector badly (eight times slower). The second is for
+compilers without OpenMP (the map then runs in one thread), the third for those that know none
+of these options. None relaxes IEEE arithmetic."""
+
+
+_FAILURE: list[str] = []
+
+
+def _kernel_dir() -> Path:
+    return Path(os.environ.get("GMP_KERNELS") or Path.home() / ".cache" / "gmp" / "kernels")
+
+
+def _processor() -> str:
+    """What a build tuned with ``-march=native`` depends on: the machine and its instruction-set flags."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = line
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()} {flags}"
+
+
+def _build(compiler: str) -> Path:
+    """The shared library for this source, flags and processor, compiled unless already cached."""
+    errors = []
+    for flags in FLAGS:
+        key = hashlib.sha256("\n".join([SOURCE, compiler, *flags, _processor()]).encode()).hexdigest()[:16]
+        library = _kernel_dir() / f"hyperspherical-{key}.so"
+        if library.is_file():
+            return library
+        library.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
+            source = Path(scratch) / "hyperspherical.c"
+            source.write_text(SOURCE)
+            built = Path(scratch) / library.name
+            done = subprocess.run([compiler, *flags, "-shared", "-fPIC", "-o", str(built), str(source), "-lm"],
+                                  capture_output=True, text=True, timeout=120)
+            if done.returncode == 0:
+                os.replace(built, library)  # atomic: a process beside us loads a whole library or none
+                return library
+            errors.append(f"{compiler} {' '.join(flags)}: {done.stderr.strip()[-400:]}")
+    raise RuntimeError("; ".join(errors))
+
+
+class Kernel:
+    """The compiled map for one dtype (float32 or float64)."""
+
+    def __init__(self, library: ctypes.CDLL, dtype: torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+        self._forward = getattr(library, f"{name}_forward")
+        self._backward = getattr(library, f"{name}_backward")
+        for fn in (self._forward, self._backward):
+            fn.restype = ctypes.c_int
+
+    def forward(self, theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """``scale[:, None] * u(theta)`` for contiguous ``theta`` (m, k) and ``scale`` (m,) of this dtype."""
+        m, k = theta.shape
+        weight = theta.new_empty(m, k + 1)
+        _check(self._forward(ctypes.c_ssize_t(m), ctypes.c_ssize_t(k), ctypes.c_void_p(scale.data_ptr()),
+                             ctypes.c_void_p(theta.data_ptr()), ctypes.c_void_p(weight.data_ptr()),
+                             ctypes.c_int(torch.get_num_threads())))
+        return weight
+
+    def backward(self, theta: torch.Tensor, scale: torch.Tensor,
+                 grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gradients of the angles and the scales for the upstream gradient ``grad`` (m, k + 1)."""
+        m, k = theta.shape
+        grad = grad.contiguous()
+        grad_theta, grad_scale = theta.new_empty(m, k), theta.new_empty(m)
+        _check(self._backward(ctypes.c_ssize_t(m), ctypes.c_ssize_t(k), ctypes.c_void_p(scale.data_ptr()),
+                              ctypes.c_void_p(theta.data_ptr()), ctypes.c_void_p(grad.data_ptr()),
+                              ctypes.c_void_p(grad_theta.data_ptr()), ctypes.c_void_p(grad_scale.data_ptr()),
+                              ctypes.c_int(torch.get_num_threads())))
+        return grad_theta, grad_scale
+
+
+def _check(code: int) -> None:
+    if code != 0:
+        raise MemoryError("the compiled hyperspherical map could not allocate its scratch rows")
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    if os.environ.get("GMP_NATIVE", "1") == "0":
+        _FAILURE.append("turned off by GMP_NATIVE=0")
+        return None
+    compiler = os.environ.get("CC") or "cc"
+    if shutil.which(compiler) is None:
+        _FAILURE.append(f"no C compiler {compiler!r} on PATH (set CC to one)")
+        return None
+    try:
+        return ctypes.CDLL(str(_build(compiler)))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as err:
+        _FAILURE.append(f"compiling or loading it failed: {err}")
+        return None
+
+
+@functools.cache
+def _kernels() -> dict[torch.dtype, Kernel]:
+    library = _library()
+    return {} if library is None else {dtype: Kernel(library, dtype) for dtype in (torch.float32, torch.float64)}
+
+
+def kernel(theta: torch.Tensor) -> Kernel | None:
+    """The compiled map for ``theta``'s dtype when ``theta`` is a float32 or float64 CPU tensor and
+    the kernel compiles and loads here; else None (see :func:`unavailable`)."""
+    if theta.device.type != "cpu":
+        return None
+    return _kernels().get(theta.dtype)
+
+
+def unavailable() -> str | None:
+    """Why the compiled map is not used on this machine, or None when it is."""
+    _kernels()
+    return _FAILURE[0] if _FAILURE else None
