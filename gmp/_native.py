@@ -1,21 +1,22 @@
 """The hyperspherical map of :mod:`gmp.hyperspherical` as one compiled pass per direction on the CPU.
 
-The source below (C, no dependency beyond the C library) is compiled on first use with the
-system's C compiler (``$CC``, else ``cc``) into ``$GMP_KERNELS`` (default
-``~/.cache/gmp/kernels``), once per source, flags and processor, and loaded with ``ctypes``.
-Where no compiler works, :func:`kernel` says why (:func:`unavailable`) and the map runs in
-torch instead, at several passes over the angles. ``GMP_NATIVE=0`` turns the compiled map off.
+The source below (C99 with the vector extensions of GCC and Clang; no library beyond libc and
+libm) is compiled on first use with the system's C compiler (``$CC``, else ``cc``) into
+``$GMP_KERNELS`` (default ``~/.cache/gmp/kernels``), once per source, flags and processor, and
+loaded with ``ctypes``. Where no compiler works, :func:`kernel` returns None, :func:`unavailable`
+says why, and the map runs in torch instead, at several passes over the angles.
+``GMP_NATIVE=0`` turns the compiled map off.
 
 Each row of angles is read once per direction. Forward: its sines and cosines (one vectorised
 loop, no library calls: a reduction by multiples of pi/2 and Taylor polynomials, within an ulp
-of the C library's) go to a scratch row, a cumulative product runs over them, and the row of
-``r u(theta)`` is written. Backward: the same, then the reverse
-recurrence ``Q_j = g_j cos(theta_j) + sin(theta_j) Q_{j+1}`` (``Q_k = g_k``) gives, with no
-division, ``dL/dtheta_j = P_j (cos(theta_j) Q_{j+1} - sin(theta_j) g_j)`` and
-``dL/dscale = Q_0``, where ``P_j = scale sin(theta_0) ... sin(theta_{j-1})``. Each scan runs as
-eight chains over eight segments of the row, joined afterwards, so that it does not wait on one
-chain of dependent multiplications. Rows are split among ``torch.get_num_threads()`` threads of
-torch's own OpenMP pool.
+of the C library's) go to a scratch row; the products ``P_j = scale sin(theta_0) ...
+sin(theta_{j-1})`` run over it and the row of ``r u(theta)`` is written. Backward: the same
+sines, cosines and products, then the reverse recurrence ``Q_j = g_j cos(theta_j) + sin(theta_j)
+Q_{j+1}`` (``Q_k = g_k``) gives, with no division, ``dL/dtheta_j = P_j (cos(theta_j) Q_{j+1} -
+sin(theta_j) g_j)`` and ``dL/dscale = Q_0``. Both scans take eight numbers at a time: within
+the eight, a scan in three steps of vector shuffles; between blocks, one multiplication (one
+multiply-add backward) carried along the row. Rows are split among ``torch.get_num_threads()``
+threads of torch's own OpenMP pool.
 """
 
 from __future__ import annotations
@@ -37,16 +38,22 @@ SOURCE = r"""
 #ifndef T
 #include <stddef.h>
 #include <stdlib.h>
-#include <tgmath.h> /* rint, fabs, sin, cos of the argument's type */
+#include <string.h>
+#include <tgmath.h> /* fabs, sin, cos of the argument's type */
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-#define SEGS 8 /* independent chains per scan */
-
 #define T float
+#define LANE int
+#ifdef __AVX512F__
+#define VL 16 /* numbers per vector in the scans */
+#else
+#define VL 8
+#endif
 #define NAME(f) float32_##f
 #define BIG 8192.0f
+#define ROUNDER 12582912.0f
 #define TWO_OVER_PI 0.636619772367581343f
 #define PIO2_1 1.5703125f
 #define PIO2_2 4.837512969970703e-4f
@@ -55,8 +62,11 @@ SOURCE = r"""
 #define COS_POLY(r2) (-0.5f + r2 * (1.0f / 24 + r2 * (-1.0f / 720 + r2 * (1.0f / 40320 + r2 * (-1.0f / 3628800)))))
 #include __FILE__
 #undef T
+#undef LANE
+#undef VL
 #undef NAME
 #undef BIG
+#undef ROUNDER
 #undef TWO_OVER_PI
 #undef PIO2_1
 #undef PIO2_2
@@ -65,8 +75,11 @@ SOURCE = r"""
 #undef COS_POLY
 
 #define T double
+#define LANE long long
+#define VL 8
 #define NAME(f) float64_##f
 #define BIG 1048576.0
+#define ROUNDER 6755399441055744.0
 #define TWO_OVER_PI 0.63661977236758134308
 #define PIO2_1 1.5707963276654482
 #define PIO2_2 -8.705515692000731e-10
@@ -83,18 +96,20 @@ SOURCE = r"""
 /* Sines and cosines in one loop that compilers vectorise: the angle less the nearest multiple
    q pi/2 (pi/2 in three parts, the first two short enough that q times them is exact while
    |x| <= BIG), then the Taylor polynomials of sin and cos on [-pi/4, pi/4] (their first omitted
-   terms are below half an ulp), placed by the quadrant q mod 4. Angles beyond BIG (and
-   infinities) take the C library's functions; NaN stays NaN. */
+   terms are below half an ulp), placed by the quadrant q mod 4. Adding ROUNDER (1.5 times the
+   power of two at which the spacing of numbers is 1) rounds x 2/pi to the integer q and leaves
+   q's low bits in the low bits of the sum. Angles beyond BIG (and infinities) take the C
+   library's functions; NaN gives NaN. */
 static void NAME(sincos)(ptrdiff_t k, const T *restrict x, T *restrict S, T *restrict C) {
   int big = 0;
   for (ptrdiff_t j = 0; j < k; j++) {
-    T q = rint(x[j] * TWO_OVER_PI);
-    q = q > BIG ? BIG : q < -BIG ? -BIG : q;
+    T t = x[j] * TWO_OVER_PI + ROUNDER, q = t - ROUNDER;
+    LANE n;
+    memcpy(&n, &t, sizeof n);
     T r = x[j] - q * PIO2_1;
     r = r - q * PIO2_2;
     r = r - q * PIO2_3;
     T r2 = r * r, s = r + r * r2 * SIN_POLY(r2), c = 1 + r2 * COS_POLY(r2);
-    int n = q == q ? (int)q : 0;
     T sv = (n & 1) ? c : s, cv = (n & 1) ? s : c;
     S[j] = (n & 2) ? -sv : sv;
     C[j] = ((n + 1) & 2) ? -cv : cv;
@@ -102,66 +117,141 @@ static void NAME(sincos)(ptrdiff_t k, const T *restrict x, T *restrict S, T *res
   }
   if (big)
     for (ptrdiff_t j = 0; j < k; j++)
-      if (fabs(x[j]) > BIG) { S[j] = sin(x[j]); C[j] = cos(x[j]); }
+      if (fabs(x[j]) > BIG) {
+        S[j] = sin(x[j]);
+        C[j] = cos(x[j]);
+      }
 }
 
-/* P[j] = p0 s[0] ... s[j-1] for j < k; returns p0 s[0] ... s[k-1]. Eight chains run over eight
-   segments of the row (the rest of it after them), then each segment takes the product of those
-   before it. */
-static T NAME(prefix)(ptrdiff_t k, T p0, const T *restrict s, T *restrict P) {
-  ptrdiff_t len = k / SEGS;
-  T q[SEGS], off = p0;
-  for (int t = 0; t < SEGS; t++) q[t] = 1;
-  for (ptrdiff_t i = 0; i < len; i++)
-    for (int t = 0; t < SEGS; t++) { P[t * len + i] = q[t]; q[t] *= s[t * len + i]; }
-  for (int t = 0; t < SEGS; t++) {
-    for (ptrdiff_t j = t * len; j < (t + 1) * len; j++) P[j] *= off;
-    off *= q[t];
+/* Vectors of VL numbers (GCC and Clang vector extensions), loaded and stored unaligned. */
+typedef T NAME(vec) __attribute__((vector_size(VL * sizeof(T))));
+typedef LANE NAME(lanes) __attribute__((vector_size(VL * sizeof(T))));
+#define V NAME(vec)
+#ifdef __clang__
+#define SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (NAME(lanes)){__VA_ARGS__})
+#endif
+/* UP(d): lane i takes a's lane i - d, or b's lane 0 where i < d; DOWN(d): lane i takes a's lane
+   i + d, or b's lane 0 where i + d >= VL. */
+#if VL == 16
+#define UP1(a, b) SHUFFLE(b, a, 0, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30)
+#define UP2(a, b) SHUFFLE(b, a, 0, 0, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29)
+#define UP4(a, b) SHUFFLE(b, a, 0, 0, 0, 0, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27)
+#define UP8(a, b) SHUFFLE(b, a, 0, 0, 0, 0, 0, 0, 0, 0, 16, 17, 18, 19, 20, 21, 22, 23)
+#define DOWN1(a, b) SHUFFLE(a, b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
+#define DOWN2(a, b) SHUFFLE(a, b, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 16)
+#define DOWN4(a, b) SHUFFLE(a, b, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 16, 16, 16)
+#define DOWN8(a, b) SHUFFLE(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 16, 16, 16, 16, 16, 16, 16, 16)
+#define ONES {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
+#else
+#define UP1(a, b) SHUFFLE(b, a, 0, 8, 9, 10, 11, 12, 13, 14)
+#define UP2(a, b) SHUFFLE(b, a, 0, 0, 8, 9, 10, 11, 12, 13)
+#define UP4(a, b) SHUFFLE(b, a, 0, 0, 0, 0, 8, 9, 10, 11)
+#define DOWN1(a, b) SHUFFLE(a, b, 1, 2, 3, 4, 5, 6, 7, 8)
+#define DOWN2(a, b) SHUFFLE(a, b, 2, 3, 4, 5, 6, 7, 8, 8)
+#define DOWN4(a, b) SHUFFLE(a, b, 4, 5, 6, 7, 8, 8, 8, 8)
+#define ONES {1, 1, 1, 1, 1, 1, 1, 1}
+#endif
+
+static inline V NAME(load)(const T *p) { V v; memcpy(&v, p, sizeof v); return v; }
+static inline void NAME(store)(T *p, V v) { memcpy(p, &v, sizeof v); }
+
+/* Lane i of the result: v[0] ... v[i-1] (1 in lane 0); *last: the product of all lanes. The
+   products run in the steps of a scan (lane i with lane i - d, d = 1, 2, 4, ...), not along a chain. */
+static inline V NAME(products_before)(V v, T *last) {
+  const V one = ONES;
+  v *= UP1(v, one);
+  v *= UP2(v, one);
+  v *= UP4(v, one);
+#if VL == 16
+  v *= UP8(v, one);
+#endif
+  *last = v[VL - 1];
+  return UP1(v, one);
+}
+
+/* Lane i of the result composes the maps Q -> A_l + B_l Q of lanes l = i, i + 1, ..., VL - 1
+   (the first applied last), in the steps of a scan. */
+static inline void NAME(compose_after)(V *A, V *B) {
+  const V zero = {0}, one = ONES;
+  *A += *B * DOWN1(*A, zero);
+  *B *= DOWN1(*B, one);
+  *A += *B * DOWN2(*A, zero);
+  *B *= DOWN2(*B, one);
+  *A += *B * DOWN4(*A, zero);
+  *B *= DOWN4(*B, one);
+#if VL == 16
+  *A += *B * DOWN8(*A, zero);
+  *B *= DOWN8(*B, one);
+#endif
+}
+
+/* P[j] = scale s[0] ... s[j-1] for j < k where P is not NULL, and w[j] = P[j] C[j] where w is
+   not NULL; returns scale s[0] ... s[k-1]. */
+static T NAME(prefix)(ptrdiff_t k, T scale, const T *restrict S, const T *restrict C, T *restrict P,
+                      T *restrict w) {
+  ptrdiff_t blocks = k / VL, j = 0;
+  T carry = scale, total;
+  for (ptrdiff_t b = 0; b < blocks; b++, j += VL) {
+    V p = NAME(products_before)(NAME(load)(S + j), &total) * carry;
+    if (P) NAME(store)(P + j, p);
+    if (w) NAME(store)(w + j, p * NAME(load)(C + j));
+    carry *= total;
   }
-  for (ptrdiff_t j = SEGS * len; j < k; j++) { P[j] = off; off *= s[j]; }
-  return off;
+  for (; j < k; j++) {
+    if (P) P[j] = carry;
+    if (w) w[j] = carry * C[j];
+    carry *= S[j];
+  }
+  return carry;
 }
 
-/* One row: w = scale u(theta), k angles, k + 1 coordinates; scratch holds 3k numbers. */
+/* One row: w = scale u(theta), k angles, k + 1 coordinates; scratch holds 2k numbers. */
 static void NAME(forward_row)(ptrdiff_t k, T scale, const T *restrict theta, T *restrict w, T *scratch) {
-  T *S = scratch, *C = S + k, *P = C + k;
+  T *S = scratch, *C = S + k;
   NAME(sincos)(k, theta, S, C);
-  w[k] = NAME(prefix)(k, scale, S, P);
-  for (ptrdiff_t j = 0; j < k; j++) w[j] = P[j] * C[j];
+  w[k] = NAME(prefix)(k, scale, S, C, NULL, w);
 }
 
-/* One row's gradients for the upstream gradient g (k + 1 numbers); scratch holds 5k numbers.
+/* One row's gradients for the upstream gradient g (k + 1 numbers); scratch holds 3k numbers.
    Q_j = g_j C_j + S_j Q_{j+1} from Q_k = g_k down; dtheta_j = P_j (C_j Q_{j+1} - S_j g_j);
-   dscale = Q_0. The recurrence runs as eight chains over the segments: within segment t,
-   Q_{j+1} = A[j] + B[j] Q_end, where Q_end is the Q just after the segment. */
+   dscale = Q_0. In a block of VL, lane i's composed map Q -> A_i + B_i Q takes the Q just after
+   the block to Q_{j+i}. */
 static T NAME(backward_row)(ptrdiff_t k, T scale, const T *restrict theta, const T *restrict g,
                             T *restrict gt, T *scratch) {
-  ptrdiff_t len = k / SEGS;
-  T *S = scratch, *C = S + k, *P = C + k, *A = P + k, *B = A + k;
+  const V zero = {0};
+  ptrdiff_t blocks = k / VL;
+  T *S = scratch, *C = S + k, *P = C + k;
   NAME(sincos)(k, theta, S, C);
-  NAME(prefix)(k, scale, S, P);
+  NAME(prefix)(k, scale, S, C, P, NULL);
   T q = g[k];
-  for (ptrdiff_t j = k - 1; j >= SEGS * len; j--) {
+  for (ptrdiff_t j = k - 1; j >= VL * blocks; j--) {
     gt[j] = P[j] * (C[j] * q - S[j] * g[j]);
     q = g[j] * C[j] + S[j] * q;
   }
-  T x[SEGS], y[SEGS];
-  for (int t = 0; t < SEGS; t++) { x[t] = 0; y[t] = 1; }
-  for (ptrdiff_t i = len - 1; i >= 0; i--)
-    for (int t = 0; t < SEGS; t++) {
-      ptrdiff_t j = t * len + i;
-      A[j] = x[t];
-      B[j] = y[t];
-      x[t] = g[j] * C[j] + S[j] * x[t];
-      y[t] *= S[j];
-    }
-  for (int t = SEGS - 1; t >= 0; t--) {
-    for (ptrdiff_t j = t * len; j < (t + 1) * len; j++)
-      gt[j] = P[j] * (C[j] * (A[j] + B[j] * q) - S[j] * g[j]);
-    q = x[t] + y[t] * q;
+  for (ptrdiff_t j = VL * (blocks - 1); j >= 0; j -= VL) {
+    V s = NAME(load)(S + j), c = NAME(load)(C + j), gg = NAME(load)(g + j);
+    V A = gg * c, B = s;
+    NAME(compose_after)(&A, &B);
+    V after = zero + q;                   /* Q just after the block, in every lane */
+    V Q = A + B * after;                  /* lane i: Q_{j+i} */
+    NAME(store)(gt + j, NAME(load)(P + j) * (c * DOWN1(Q, after) - s * gg));
+    q = A[0] + B[0] * q;
   }
   return q;
 }
+#undef V
+#undef SHUFFLE
+#undef UP1
+#undef UP2
+#undef UP4
+#undef UP8
+#undef DOWN1
+#undef DOWN2
+#undef DOWN4
+#undef DOWN8
+#undef ONES
 
 /* The m rows, split among `threads` threads of the OpenMP runtime that torch runs on (the
    library loaded already under the same name serves this one), or in this thread without
@@ -175,7 +265,7 @@ int NAME(forward)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, T *w
     id = omp_get_thread_num();
     n = omp_get_num_threads();
 #endif
-    T *scratch = malloc(sizeof(T) * (size_t)(3 * k + 1));
+    T *scratch = malloc(sizeof(T) * (size_t)(2 * k + 1));
     failed = scratch == NULL;
     for (ptrdiff_t r = m * id / n; scratch && r < m * (id + 1) / n; r++)
       NAME(forward_row)(k, scale[r], theta + r * k, w + r * (k + 1), scratch);
@@ -194,7 +284,7 @@ int NAME(backward)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, con
     id = omp_get_thread_num();
     n = omp_get_num_threads();
 #endif
-    T *scratch = malloc(sizeof(T) * (size_t)(5 * k + 1));
+    T *scratch = malloc(sizeof(T) * (size_t)(3 * k + 1));
     failed = scratch == NULL;
     for (ptrdiff_t r = m * id / n; scratch && r < m * (id + 1) / n; r++)
       gscale[r] = NAME(backward_row)(k, scale[r], theta + r * k, g + r * (k + 1), gtheta + r * k, scratch);
@@ -208,17 +298,15 @@ int NAME(backward)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, con
 writes the gradients of the angles and the scales; both return 0, or 1 when out of memory."""
 
 FLAGS = (
-    ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-tree-slp-vectorize"),
-    ("-O3", "-march=native", "-fno-math-errno", "-fno-tree-slp-vectorize"),
+    ("-O3", "-march=native", "-fopenmp"),
+    ("-O3", "-march=native"),
     ("-O2",),
 )
 """Compiler flags, tried in order until one set compiles. The first tunes for this processor and
 splits the rows among torch's threads with OpenMP: the library it loads has the name of the one
 torch loaded already, so the two share one pool of threads and do not compete for the cores.
-``-fno-math-errno`` lets ``rint`` compile to one instruction; SLP vectorisation is off because it
-packs the eight scan chains into one vector badly (eight times slower). The second is for
-compilers without OpenMP (the map then runs in one thread), the third for those that know none
-of these options. None relaxes IEEE arithmetic."""
+The second is for compilers without OpenMP (the map then runs in one thread), the third for
+those that know neither option. None relaxes IEEE arithmetic."""
 
 
 _FAILURE: list[str] = []

@@ -435,3 +435,25 @@ def test_compiled_map_equals_the_torch_map_it_replaced_on_the_cpu(dtype, tol, mo
             results.append((out.detach(), t.grad, s.grad))
     for compiled, previous in zip(*results):
         assert (compiled - previous).abs().max() <= tol * previous.abs().max()
+
+
+@pytest.mark.parametrize("refused", [["-fopenmp"], ["-fopenmp", "-march=native"]],
+                         ids=["no-openmp", "no-openmp-no-native"])
+def test_compiled_map_builds_with_the_fallback_flags_and_gives_the_same_numbers(refused, fresh_native, tmp_path,
+                                                                                monkeypatch):
+    # A compiler that refuses the first flag sets (as one without OpenMP, or not GCC-like, would)
+    # gets the next set; the map it builds (one thread, generic instructions) agrees with the torch map.
+    from gmp.hyperspherical import scaled_directions
+
+    wrapper = tmp_path / "cc"
+    cases = "|".join(refused)
+    wrapper.write_text(f'#!/bin/sh\nfor a in "$@"; do case "$a" in {cases}) exit 1;; esac; done\nexec cc "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    theta = torch.randn(9, 41, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    assert fresh_native.kernel(theta) is not None, fresh_native.unavailable()
+    scale = torch.randn(9, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    compiled = scaled_directions(theta, scale)
+    assert torch.allclose(compiled, scale[:, None] * _angles_to_unit_reference(theta), rtol=0, atol=1e-14)
+    assert torch.autograd.gradcheck(scaled_directions, (theta[:3, :20].requires_grad_(True),
+                                                        scale[:3].clone().requires_grad_(True)))
