@@ -14,7 +14,8 @@ network under its author's protocol (:func:`minibatch`).
 ``nn.Linear(n, n)`` + ReLU (float32, CPU unless ``--device`` says otherwise) at several
 batch sizes and thread counts, in the same run, and prints their ratio and the share of the
 GmP step spent in the hyperspherical map (:func:`gmp.hyperspherical.scaled_directions`,
-forward + backward, timed alone). Each timing is the minimum over ``--repeats`` repetitions
+forward + backward, timed alone), and the same map in torch operations (the implementation
+that serves GPUs and machines without a C compiler) beside it. Each timing is the minimum over ``--repeats`` repetitions
 (others may share the machine). A GmP layer built on the plain ``cumprod`` formula with
 autograd is timed too, to show what the fused map saves (:func:`run`). Not a test: timings
 depend on the machine.
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gmp import _native
-from gmp.hyperspherical import _angles_to_unit_reference, scaled_directions
+from gmp.hyperspherical import _angles_to_unit_reference, _ScaledUnit, scaled_directions
 from gmp.layers import GmPLinear
 
 
@@ -97,6 +98,10 @@ def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: in
         theta.grad = r.grad = None
         scaled_directions(theta, r).backward(grad)
 
+    def torch_map_step() -> None:
+        theta.grad = r.grad = None
+        _ScaledUnit.apply(theta, r).backward(grad)
+
     rows = []
     initial_threads = torch.get_num_threads()
     why_not = _native.unavailable() if dev.type == "cpu" else "not on the CPU"
@@ -104,7 +109,7 @@ def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: in
              f"{clock} clock, min over {repeats} repeats; map: "
              + ("compiled (gmp._native)" if why_not is None else f"torch ops (no compiled map: {why_not})"))
     print_fn(f"{'threads':>7} {'batch':>6} {'Linear+ReLU ms':>15} {'GmPLinear ms':>13} {'ratio':>6} "
-             f"{'map ms':>7} {'map share':>9} {'cumprod ms':>11} {'ratio':>6}")
+             f"{'map ms':>7} {'map share':>9} {'torch map ms':>12} {'cumprod ms':>11} {'ratio':>6}")
     try:
         for n_threads in threads:
             torch.set_num_threads(n_threads)
@@ -112,6 +117,7 @@ def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: in
                 x = torch.randn(batch, width, device=dev)
                 steps = {name: functools.partial(_train_step, model, x) for name, model in models.items()}
                 steps["map"] = map_step
+                steps["torch_map"] = torch_map_step
                 t = _step_times(steps, repeats, max(1, 2048 // batch), CLOCKS[clock], dev.type == "cuda")
                 row = {"threads": n_threads, "batch": batch, **{f"{k}_ms": v * 1e3 for k, v in t.items()},
                        "ratio": t["gmp"] / t["linear_relu"], "map_share": t["map"] / t["gmp"],
@@ -119,7 +125,7 @@ def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: in
                 rows.append(row)
                 print_fn(f"{n_threads:>7} {batch:>6} {row['linear_relu_ms']:>15.2f} {row['gmp_ms']:>13.2f} "
                          f"{row['ratio']:>6.2f} {row['map_ms']:>7.2f} {row['map_share']:>9.0%} "
-                         f"{row['gmp_cumprod_ms']:>11.2f} {row['ratio_cumprod']:>6.2f}")
+                         f"{row['torch_map_ms']:>12.2f} {row['gmp_cumprod_ms']:>11.2f} {row['ratio_cumprod']:>6.2f}")
     finally:
         torch.set_num_threads(initial_threads)
     return rows
