@@ -1058,7 +1058,9 @@ def code_against(entries: list[dict[str, Any]], reference: Mapping[str, Any],
     :func:`code_fingerprint`, such as the one a run's notebook ran), in the same form as
     :func:`resumed_code`: units whose code differs in ``changed_modules`` (only the chapter's
     :func:`chapter_modules` when ``chapter`` is given), and units whose code was not recorded or was
-    hashed another way, so that it cannot be compared."""
+    hashed another way, so that it cannot be compared. As in :func:`changed_modules`, a module
+    added after a unit was computed, or rewritten since without changing its function
+    (:data:`SAME_FUNCTION`), does not count."""
     scheme, theirs = reference.get("hash", "source"), reference.get("modules", {})
     codes = {reference.get("digest"): (theirs, scheme), **journal_code(entries)}
     within = chapter_modules(chapter) if chapter else None
@@ -1068,8 +1070,8 @@ def code_against(entries: list[dict[str, Any]], reference: Mapping[str, Any],
         if recorded is None or recorded[1] != scheme:
             unknown += 1
             continue
-        differ = {m for m in set(recorded[0]) | set(theirs) if recorded[0].get(m) != theirs.get(m)
-                  and (within is None or m in within)}
+        differ = {m for m, digest in recorded[0].items() if theirs.get(m) != digest and (within is None or m in within)
+                  and not (scheme == CODE_HASH and _same(m, digest, theirs.get(m, "")))}
         other += bool(differ)
         changed |= differ
     return {"other_code_units": other, "code_not_recorded_units": unknown, "changed_modules": sorted(changed)}

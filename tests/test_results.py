@@ -473,6 +473,13 @@ def test_a_module_rewritten_with_the_same_function_is_named_not_counted_as_chang
     assert results.same_function(code["modules"], results.CODE_HASH) == []
     assert results.same_function(code["modules"], "source") == []  # byte hashes are never vouched for
     monkeypatch.setattr(results, "SAME_FUNCTION", (same,))
+    # Units journalled by the code before the rewrite count as computed by the notebook's code,
+    # also when the notebook's code has a module the units' code did not (one added since).
+    notebook = {**results.code_fingerprint(), "modules": {**today, "added.py": "3" * 16}}
+    unit = {"key": "a", "code": "old", "modules": {**today, module: "0" * 16}, "hash": results.CODE_HASH}
+    assert results.code_against([unit], notebook)["other_code_units"] == 0
+    assert results.code_against([{**unit, "modules": {**today, module: "1" * 16}}], notebook) == {
+        "other_code_units": 1, "code_not_recorded_units": 0, "changed_modules": [module]}
     results.atomic_write_json(folder / "provenance.json", {**provenance, "code": code})
     text = results.cached("fake_chapter", "summary").describe()
     assert f"gmp/{module} has been rewritten since in how it computes, not what it computes: tested equal." in text
