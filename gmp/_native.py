@@ -15,8 +15,9 @@ sines, cosines and products, then the reverse recurrence ``Q_j = g_j cos(theta_j
 Q_{j+1}`` (``Q_k = g_k``) gives, with no division, ``dL/dtheta_j = P_j (cos(theta_j) Q_{j+1} -
 sin(theta_j) g_j)`` and ``dL/dscale = Q_0``. Both scans take eight numbers at a time: within
 the eight, a scan in three steps of vector shuffles; between blocks, one multiplication (one
-multiply-add backward) carried along the row. Rows are split among ``torch.get_num_threads()``
-threads of torch's own OpenMP pool.
+multiply-add backward) carried along the row. Rows are split among up to
+``torch.get_num_threads()`` threads of torch's own OpenMP pool, one per
+:data:`ANGLES_PER_THREAD` angles.
 """
 
 from __future__ import annotations
@@ -367,7 +368,7 @@ class Kernel:
         weight = theta.new_empty(m, k + 1)
         _check(self._forward(ctypes.c_ssize_t(m), ctypes.c_ssize_t(k), ctypes.c_void_p(scale.data_ptr()),
                              ctypes.c_void_p(theta.data_ptr()), ctypes.c_void_p(weight.data_ptr()),
-                             ctypes.c_int(torch.get_num_threads())))
+                             ctypes.c_int(_threads(m, k))))
         return weight
 
     def backward(self, theta: torch.Tensor, scale: torch.Tensor,
@@ -379,8 +380,18 @@ class Kernel:
         _check(self._backward(ctypes.c_ssize_t(m), ctypes.c_ssize_t(k), ctypes.c_void_p(scale.data_ptr()),
                               ctypes.c_void_p(theta.data_ptr()), ctypes.c_void_p(grad.data_ptr()),
                               ctypes.c_void_p(grad_theta.data_ptr()), ctypes.c_void_p(grad_scale.data_ptr()),
-                              ctypes.c_int(torch.get_num_threads())))
+                              ctypes.c_int(_threads(m, k))))
         return grad_theta, grad_scale
+
+
+ANGLES_PER_THREAD = 32768
+"""The fewest angles worth a thread of their own: about 50 microseconds of work, well above what
+starting and joining a thread costs, so that small layers run in one thread."""
+
+
+def _threads(m: int, k: int) -> int:
+    """Threads for ``m`` rows of ``k`` angles: at most torch's, one per :data:`ANGLES_PER_THREAD` angles."""
+    return max(1, min(torch.get_num_threads(), m, m * k // ANGLES_PER_THREAD))
 
 
 def _check(code: int) -> None:

@@ -350,8 +350,11 @@ def test_compiled_map_of_float32_is_as_accurate_as_torchs():
     assert compiled <= 2 * plain
 
 
-def test_compiled_map_is_the_same_on_any_number_of_threads_and_for_strided_angles():
+def test_compiled_map_is_the_same_on_any_number_of_threads_and_for_strided_angles(monkeypatch):
+    from gmp import _native
     from gmp.hyperspherical import scaled_directions
+
+    monkeypatch.setattr(_native, "ANGLES_PER_THREAD", 1)  # split even these few rows
 
     theta = torch.randn(37, 300, generator=torch.Generator().manual_seed(4))
     scale = torch.randn(37, generator=torch.Generator().manual_seed(5))
@@ -457,3 +460,18 @@ def test_compiled_map_builds_with_the_fallback_flags_and_gives_the_same_numbers(
     assert torch.allclose(compiled, scale[:, None] * _angles_to_unit_reference(theta), rtol=0, atol=1e-14)
     assert torch.autograd.gradcheck(scaled_directions, (theta[:3, :20].requires_grad_(True),
                                                         scale[:3].clone().requires_grad_(True)))
+
+
+def test_small_maps_run_in_one_thread_and_large_ones_in_torchs_threads():
+    from gmp import _native
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        per = _native.ANGLES_PER_THREAD
+        assert _native._threads(100, 3) == 1  # a UCI layer: not worth a second thread
+        assert _native._threads(1024, 1023) == 4 and _native._threads(3, 10 * per) == 3
+        assert _native._threads(64, 2 * per // 64) == 2
+        assert _native._threads(0, 5) == 1
+    finally:
+        torch.set_num_threads(before)
