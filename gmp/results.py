@@ -905,14 +905,16 @@ class SameFunction(NamedTuple):
     """Its path inside the package, as in :func:`code_fingerprint`."""
     before: str
     """Its :data:`CODE_HASH` in the runs the record vouches for."""
-    after: str
-    """Its :data:`CODE_HASH` after the rewrite; the record lapses when the module changes again."""
+    after: Mapping[str, str]
+    """The :data:`CODE_HASH` after the rewrite of the module and of every module it now relies on
+    (those added for it); the record lapses when any of them changes again."""
     why: str
     """What changed and what shows that the function did not (the tests that compare them)."""
 
 
 SAME_FUNCTION: tuple[SameFunction, ...] = (
-    SameFunction("hyperspherical.py", "794e227df15aed32", "bc2f2b33b810573f",
+    SameFunction("hyperspherical.py", "794e227df15aed32",
+                 {"hyperspherical.py": "bc2f2b33b810573f", "_native.py": "4590b8dff74593ac"},
                  "on the CPU, its map from angles to directions now runs as one compiled pass per direction "
                  "(gmp/_native.py, issue #30) instead of several torch passes; its outputs and gradients equal "
                  "those of the previous code, and of autograd through cumprod, to float64 rounding in every "
@@ -920,15 +922,17 @@ SAME_FUNCTION: tuple[SameFunction, ...] = (
                  "only through float32 rounding"),
 )
 """Modules rewritten (for speed, say) since cached runs without changing the function they compute.
-A cached run that recorded a module as ``before`` counts as run by today's code in it while the
-module hashes as ``after``; its note names the module and says why. Each record is a claim that
+A cached run that recorded a module as ``before`` counts as run by today's code in it while that
+module and the modules it now relies on hash as ``after``; its note names the module and says why. Each record is a claim that
 tests back, and lapses when the module changes again (a test then asks to renew or drop it), so
 that no later change can shelter under it."""
 
 
-def _same(module: str, recorded: str, today: str) -> SameFunction | None:
-    return next((same for same in SAME_FUNCTION
-                 if (same.module, same.before, same.after) == (module, recorded, today)), None)
+def _same(module: str, recorded: str, now: Mapping[str, str]) -> SameFunction | None:
+    """The record of :data:`SAME_FUNCTION` by which ``module``, recorded as ``recorded``, is the same
+    function in the code hashed as ``now`` (module to hash), if any."""
+    return next((same for same in SAME_FUNCTION if (same.module, same.before) == (module, recorded)
+                 and all(now.get(m) == digest for m, digest in same.after.items())), None)
 
 
 def changed_modules(modules: Mapping[str, str], scheme: str = "source",
@@ -945,7 +949,7 @@ def changed_modules(modules: Mapping[str, str], scheme: str = "source",
     today = _module_hashes(scheme)
     return sorted(module for module, digest in modules.items()
                   if module not in today or (today[module] != digest and (within is None or module in within)
-                                             and not (scheme == CODE_HASH and _same(module, digest, today[module]))))
+                                             and not (scheme == CODE_HASH and _same(module, digest, today))))
 
 
 def same_function(modules: Mapping[str, str], scheme: str = "source",
@@ -956,7 +960,7 @@ def same_function(modules: Mapping[str, str], scheme: str = "source",
     if scheme != CODE_HASH:
         return []
     today = _module_hashes(scheme)
-    found = (_same(module, digest, today.get(module, "")) for module, digest in sorted(modules.items())
+    found = (_same(module, digest, today) for module, digest in sorted(modules.items())
              if within is None or module in within)
     return [same for same in found if same is not None]
 
@@ -1071,7 +1075,7 @@ def code_against(entries: list[dict[str, Any]], reference: Mapping[str, Any],
             unknown += 1
             continue
         differ = {m for m, digest in recorded[0].items() if theirs.get(m) != digest and (within is None or m in within)
-                  and not (scheme == CODE_HASH and _same(m, digest, theirs.get(m, "")))}
+                  and not (scheme == CODE_HASH and _same(m, digest, theirs))}
         other += bool(differ)
         changed |= differ
     return {"other_code_units": other, "code_not_recorded_units": unknown, "changed_modules": sorted(changed)}

@@ -459,7 +459,7 @@ def test_a_module_rewritten_with_the_same_function_is_named_not_counted_as_chang
     provenance = json.loads((folder / "provenance.json").read_text())
     today = results.code_fingerprint()["modules"]
     module = "experiments/chen_levy.py"
-    same = results.SameFunction(module, "0" * 16, today[module], "tested equal")
+    same = results.SameFunction(module, "0" * 16, {module: today[module], "layers.py": today["layers.py"]}, "tested equal")
     monkeypatch.setattr(results, "SAME_FUNCTION", (same,))
     for recorded, changed, named in (("0" * 16, (), (same,)), ("1" * 16, (module,), ())):
         code = {**results.code_fingerprint(), "modules": {**today, module: recorded}}
@@ -467,10 +467,11 @@ def test_a_module_rewritten_with_the_same_function_is_named_not_counted_as_chang
         entry = results.cached("fake_chapter", "summary")
         assert entry.code_changed == changed and entry.code_same == named
         assert results.changed_modules(code["modules"], results.CODE_HASH) == list(changed)
-    monkeypatch.setattr(results, "SAME_FUNCTION", (same._replace(after="2" * 16),))  # lapsed: the module changed again
     code = {**results.code_fingerprint(), "modules": {**today, module: "0" * 16}}
-    assert results.changed_modules(code["modules"], results.CODE_HASH) == [module]
-    assert results.same_function(code["modules"], results.CODE_HASH) == []
+    for lapsed in ({module: "2" * 16}, {module: today[module], "layers.py": "2" * 16}):  # it, or what it relies on, changed again
+        monkeypatch.setattr(results, "SAME_FUNCTION", (same._replace(after=lapsed),))
+        assert results.changed_modules(code["modules"], results.CODE_HASH) == [module]
+        assert results.same_function(code["modules"], results.CODE_HASH) == []
     assert results.same_function(code["modules"], "source") == []  # byte hashes are never vouched for
     monkeypatch.setattr(results, "SAME_FUNCTION", (same,))
     # Units journalled by the code before the rewrite count as computed by the notebook's code,
@@ -490,8 +491,8 @@ def test_every_same_function_record_names_todays_code():
     # A record lapses when its module changes again: renew it (with tests) or drop it.
     today = results.read_module_hashes(results.CODE_HASH)
     for same in results.SAME_FUNCTION:
-        assert today.get(same.module) == same.after, same
-        assert same.before != same.after and same.why
+        assert {m: today.get(m) for m in same.after} == dict(same.after), same
+        assert same.module in same.after and same.before != same.after[same.module] and same.why
 
 
 def test_the_code_hash_leaves_out_documentation_comments_and_layout_but_not_code():
