@@ -914,7 +914,7 @@ class SameFunction(NamedTuple):
 
 SAME_FUNCTION: tuple[SameFunction, ...] = (
     SameFunction("hyperspherical.py", "794e227df15aed32",
-                 {"hyperspherical.py": "bc2f2b33b810573f", "_native.py": "4590b8dff74593ac"},
+                 {"hyperspherical.py": "bc2f2b33b810573f", "_native.py": "a9feb5e6ba004bfc"},
                  "on the CPU, its map from angles to directions now runs as one compiled pass per direction "
                  "(gmp/_native.py, issue #30) instead of several torch passes; its outputs and gradients equal "
                  "those of the previous code, and of autograd through cumprod, to float64 rounding in every "

@@ -1,6 +1,7 @@
 """Hyperspherical coordinates (Eq. (6) of Chen & Ge): round trips, uniformity, gradients."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -413,7 +414,16 @@ def test_without_the_compiled_map_the_torch_map_runs_and_says_why(setting, why, 
     for name, value in setting.items():
         monkeypatch.setenv(name, value)
     theta = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
-    assert fresh_native.kernel(theta) is None and why in fresh_native.unavailable()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert fresh_native.kernel(theta) is None and why in fresh_native.unavailable()
+        assert fresh_native.kernel(theta) is None  # said once
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    if "GMP_NATIVE" in setting:
+        assert said == []  # asked for: no warning
+    else:
+        assert len(said) == 1 and said[0].startswith(f"gmp: the compiled hyperspherical map is unavailable ({why}")
+        assert "GMP_NATIVE=0 silences this" in said[0]
     scale = torch.ones(5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(scaled_directions, (theta, scale))
 
