@@ -2,22 +2,23 @@
 
 The source below (C99 with the vector extensions of GCC and Clang; no library beyond libc and
 libm) is compiled on first use with the system's C compiler (``$CC``, else ``cc``) into
-``$GMP_KERNELS`` (default ``~/.cache/gmp/kernels``), once per source, flags and processor, and
-loaded with ``ctypes``. Where no compiler works, :func:`kernel` returns None, :func:`unavailable`
-says why, and the map runs in torch instead, at several passes over the angles.
-``GMP_NATIVE=0`` turns the compiled map off.
+``$GMP_KERNELS`` (default ``~/.cache/gmp/kernels``), once per source, compiler, flags and
+processor, and loaded with ``ctypes``. Where no compiler works, :func:`kernel` returns None,
+:func:`unavailable` says why (a ``RuntimeWarning`` says it once), and the map runs in torch
+instead, at several passes over the angles. ``GMP_NATIVE=0`` turns the compiled map off.
 
 Each row of angles is read once per direction. Forward: its sines and cosines (one vectorised
-loop, no library calls: a reduction by multiples of pi/2 and Taylor polynomials, within an ulp
-of the C library's) go to a scratch row; the products ``P_j = scale sin(theta_0) ...
-sin(theta_{j-1})`` run over it and the row of ``r u(theta)`` is written. Backward: the same
-sines, cosines and products, then the reverse recurrence ``Q_j = g_j cos(theta_j) + sin(theta_j)
-Q_{j+1}`` (``Q_k = g_k``) gives, with no division, ``dL/dtheta_j = P_j (cos(theta_j) Q_{j+1} -
-sin(theta_j) g_j)`` and ``dL/dscale = Q_0``. Both scans take eight numbers at a time: within
-the eight, a scan in three steps of vector shuffles; between blocks, one multiplication (one
-multiply-add backward) carried along the row. Rows are split among up to
+loop, no library calls: a reduction by multiples of pi/2 and Taylor polynomials, whose absolute
+error is within about an ulp of 1, as the C library's) go to a scratch row; the products
+``P_j = scale sin(theta_0) ... sin(theta_{j-1})`` run over it and the row of ``r u(theta)`` is
+written. Backward: the same sines, cosines and products, then the reverse recurrence
+``Q_j = g_j cos(theta_j) + sin(theta_j) Q_{j+1}`` (``Q_k = g_k``) gives, with no division,
+``dL/dtheta_j = P_j (cos(theta_j) Q_{j+1} - sin(theta_j) g_j)`` and ``dL/dscale = Q_0``. Both
+scans take a vector of numbers at a time (eight, or sixteen float32 numbers where the processor
+has AVX-512): within it, a scan in log2 steps of vector shuffles; between vectors, one
+multiplication (one multiply-add backward) carried along the row. Rows are split among up to
 ``torch.get_num_threads()`` threads of torch's own OpenMP pool, one per
-:data:`ANGLES_PER_THREAD` angles.
+:data:`ANGLES_PER_THREAD` angles (:func:`threaded`).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -46,8 +49,17 @@ SOURCE = r"""
 #include <omp.h>
 #endif
 
+/* 1 when built with OpenMP (rows split among threads), else 0. */
+int openmp(void) {
+#ifdef _OPENMP
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 #define T float
-#define LANE int
+#define LANE unsigned int
 #ifdef __AVX512F__
 #define VL 16 /* numbers per vector in the scans */
 #else
@@ -77,7 +89,7 @@ SOURCE = r"""
 #undef COS_POLY
 
 #define T double
-#define LANE long long
+#define LANE unsigned long long
 #define VL 8
 #define NAME(f) float64_##f
 #define BIG 1048576.0
@@ -301,62 +313,114 @@ writes the gradients of the angles and the scales; both return 0, or 1 when out 
 
 FLAGS = (
     ("-O3", "-march=native", "-fopenmp"),
+    ("-O3", "-fopenmp"),
     ("-O3", "-march=native"),
     ("-O2",),
 )
-"""Compiler flags, tried in order until one set compiles. The first tunes for this processor and
-splits the rows among torch's threads with OpenMP: the library it loads has the name of the one
-torch loaded already, so the two share one pool of threads and do not compete for the cores.
-The second is for compilers without OpenMP (the map then runs in one thread), the third for
-those that know neither option. None relaxes IEEE arithmetic."""
+"""Compiler flags, tried in order until a set compiles and loads (:func:`flag_sets` leaves out
+those that cannot serve here). ``-march=native`` tunes for this processor (only where its
+instruction sets can be read, so that the build's cache key names them). ``-fopenmp`` splits the
+rows among torch's threads, only where torch runs on GNU OpenMP loaded as ``libgomp.so.1``:
+the kernel's own reference to that name then finds it loaded, so the two share one pool of
+threads and do not compete for the cores (two OpenMP runtimes in one process may abort it).
+The last set is for compilers that know none of these options. None relaxes IEEE arithmetic,
+beyond fusing a multiplication and an addition into one rounding where the processor can; a
+set that fails to compile is remembered (a ``.failed`` file beside the builds; delete the
+folder to try again)."""
 
+ANGLES_PER_THREAD = 32768
+"""The fewest angles worth a thread of their own: about 50 microseconds of work, well above what
+starting and joining a thread costs, so that small layers run in one thread."""
 
 _FAILURE: list[str] = []
+_LOCK = threading.Lock()
 
 
 def _kernel_dir() -> Path:
     return Path(os.environ.get("GMP_KERNELS") or Path.home() / ".cache" / "gmp" / "kernels")
 
 
-def _processor() -> str:
-    """What a build tuned with ``-march=native`` depends on: the machine and its instruction-set flags."""
-    flags = ""
+def _processor() -> str | None:
+    """The machine and its instruction-set flags (what a ``-march=native`` build depends on), or
+    None where they cannot be read."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
-                flags = line
-                break
+                return f"{platform.machine()} {line}"
     except OSError:
         pass
-    return f"{platform.machine()} {platform.processor()} {flags}"
+    return None
 
 
-def _build(compiler: str) -> Path:
-    """The shared library for this source, flags and processor, compiled unless already cached."""
-    errors = []
-    for flags in FLAGS:
-        key = hashlib.sha256("\n".join([SOURCE, compiler, *flags, _processor()]).encode()).hexdigest()[:16]
-        library = _kernel_dir() / f"hyperspherical-{key}.so"
-        if library.is_file():
+def _torch_openmp() -> bool:
+    """Whether torch has loaded GNU OpenMP as ``libgomp.so.1`` (see :data:`FLAGS`)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+    return any(line.endswith("/libgomp.so.1") for line in maps.splitlines())
+
+
+def flag_sets() -> list[tuple[str, ...]]:
+    """The sets of :data:`FLAGS` that can serve on this machine, in order."""
+    return [flags for flags in FLAGS if ("-march=native" not in flags or _processor() is not None)
+            and ("-fopenmp" not in flags or _torch_openmp())]
+
+
+def _build(compiler: list[str], flags: tuple[str, ...]) -> Path:
+    """The shared library for this source, compiler and flags (and processor, for ``-march=native``),
+    compiled unless already built; RuntimeError with the compiler's message when it fails, now or before."""
+    processor = (_processor() or "") if "-march=native" in flags else ""
+    described = "\n".join([SOURCE, *compiler, *flags, processor])
+    library = _kernel_dir() / f"hyperspherical-{hashlib.sha256(described.encode()).hexdigest()[:16]}.so"
+    failed = library.with_suffix(".failed")
+    if library.is_file():
+        return library
+    if failed.is_file():
+        raise RuntimeError(failed.read_text())
+    library.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
+        source = Path(scratch) / "hyperspherical.c"
+        source.write_text(SOURCE)
+        built = Path(scratch) / library.name
+        done = subprocess.run([*compiler, *flags, "-shared", "-fPIC", "-o", str(built), str(source), "-lm"],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode == 0:
+            os.replace(built, library)  # atomic: a process beside us loads a whole library or none
             return library
-        library.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
-            source = Path(scratch) / "hyperspherical.c"
-            source.write_text(SOURCE)
-            built = Path(scratch) / library.name
-            done = subprocess.run([compiler, *flags, "-shared", "-fPIC", "-o", str(built), str(source), "-lm"],
-                                  capture_output=True, text=True, timeout=120)
-            if done.returncode == 0:
-                os.replace(built, library)  # atomic: a process beside us loads a whole library or none
-                return library
-            errors.append(f"{compiler} {' '.join(flags)}: {done.stderr.strip()[-400:]}")
-    raise RuntimeError("; ".join(errors))
+        message = f"{' '.join(compiler + list(flags))}: {done.stderr.strip()[-400:]}"
+        (Path(scratch) / "failed").write_text(message)
+        os.replace(Path(scratch) / "failed", failed)
+        raise RuntimeError(message)
+
+
+def _library() -> ctypes.CDLL | None:
+    """The compiled library, or None after saying why (a warning, unless ``GMP_NATIVE=0`` asked)."""
+    if os.environ.get("GMP_NATIVE", "1") == "0":
+        _FAILURE.append("turned off by GMP_NATIVE=0")
+        return None
+    compiler = shlex.split(os.environ.get("CC") or "cc")
+    if not compiler or shutil.which(compiler[0]) is None:
+        _FAILURE.append(f"no C compiler {os.environ.get('CC') or 'cc'!r} on PATH (set CC to one)")
+    else:
+        errors = []
+        for flags in flag_sets():
+            try:
+                return ctypes.CDLL(str(_build(compiler, flags)))
+            except (OSError, RuntimeError, subprocess.SubprocessError) as err:
+                errors.append(str(err))
+        _FAILURE.append("compiling or loading it failed: " + "; ".join(errors))
+    warnings.warn(f"gmp: the compiled hyperspherical map is unavailable ({_FAILURE[0]}); GmP layers use the "
+                  "torch map on the CPU instead, about 2.5 times slower. GMP_NATIVE=0 silences this.",
+                  RuntimeWarning)
+    return None
 
 
 class Kernel:
     """The compiled map for one dtype (float32 or float64)."""
 
     def __init__(self, library: ctypes.CDLL, dtype: torch.dtype):
+        self.dtype = dtype
         name = str(dtype).removeprefix("torch.")
         self._forward = getattr(library, f"{name}_forward")
         self._backward = getattr(library, f"{name}_backward")
@@ -364,7 +428,8 @@ class Kernel:
             fn.restype = ctypes.c_int
 
     def forward(self, theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        """``scale[:, None] * u(theta)`` for contiguous ``theta`` (m, k) and ``scale`` (m,) of this dtype."""
+        """``scale[:, None] * u(theta)`` for contiguous CPU tensors ``theta`` (m, k) and ``scale`` (m,) of this dtype."""
+        self._check(theta, scale)
         m, k = theta.shape
         weight = theta.new_empty(m, k + 1)
         _check(self._forward(ctypes.c_ssize_t(m), ctypes.c_ssize_t(k), ctypes.c_void_p(scale.data_ptr()),
@@ -375,8 +440,12 @@ class Kernel:
     def backward(self, theta: torch.Tensor, scale: torch.Tensor,
                  grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The gradients of the angles and the scales for the upstream gradient ``grad`` (m, k + 1)."""
+        self._check(theta, scale)
         m, k = theta.shape
         grad = grad.contiguous()
+        if grad.shape != (m, k + 1) or grad.dtype != self.dtype or grad.device.type != "cpu":
+            raise ValueError(f"expected a {self.dtype} CPU gradient of shape {(m, k + 1)}, "
+                             f"got {grad.dtype} {tuple(grad.shape)} on {grad.device}")
         grad_theta, grad_scale = theta.new_empty(m, k), theta.new_empty(m)
         _check(self._backward(ctypes.c_ssize_t(m), ctypes.c_ssize_t(k), ctypes.c_void_p(scale.data_ptr()),
                               ctypes.c_void_p(theta.data_ptr()), ctypes.c_void_p(grad.data_ptr()),
@@ -384,10 +453,14 @@ class Kernel:
                               ctypes.c_int(_threads(m, k))))
         return grad_theta, grad_scale
 
-
-ANGLES_PER_THREAD = 32768
-"""The fewest angles worth a thread of their own: about 50 microseconds of work, well above what
-starting and joining a thread costs, so that small layers run in one thread."""
+    def _check(self, theta: torch.Tensor, scale: torch.Tensor) -> None:
+        """The kernel reads raw memory: refuse what it would misread."""
+        for name, x, dim in (("theta", theta, 2), ("scale", scale, 1)):
+            if x.dim() != dim or x.dtype != self.dtype or x.device.type != "cpu" or not x.is_contiguous():
+                raise ValueError(f"{name} must be a contiguous {self.dtype} CPU tensor with {dim} dimension(s), "
+                                 f"got {x.dtype} {tuple(x.shape)} on {x.device} (contiguous: {x.is_contiguous()})")
+        if scale.shape[0] != theta.shape[0]:
+            raise ValueError(f"expected one scale per row of theta ({theta.shape[0]}), got {scale.shape[0]}")
 
 
 def _threads(m: int, k: int) -> int:
@@ -401,29 +474,16 @@ def _check(code: int) -> None:
 
 
 @functools.cache
-def _library() -> ctypes.CDLL | None:
-    """The compiled library, or None after saying why (a warning, unless ``GMP_NATIVE=0`` asked)."""
-    if os.environ.get("GMP_NATIVE", "1") == "0":
-        _FAILURE.append("turned off by GMP_NATIVE=0")
-        return None
-    compiler = os.environ.get("CC") or "cc"
-    try:
-        if shutil.which(compiler) is None:
-            _FAILURE.append(f"no C compiler {compiler!r} on PATH (set CC to one)")
-        else:
-            return ctypes.CDLL(str(_build(compiler)))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as err:
-        _FAILURE.append(f"compiling or loading it failed: {err}")
-    warnings.warn(f"gmp: the compiled hyperspherical map is unavailable ({_FAILURE[0]}); GmP layers use the "
-                  "torch map on the CPU instead, about 2.5 times slower. GMP_NATIVE=0 silences this.",
-                  RuntimeWarning, stacklevel=2)
-    return None
-
-
-@functools.cache
-def _kernels() -> dict[torch.dtype, Kernel]:
+def _load() -> tuple[dict[torch.dtype, Kernel], bool]:
     library = _library()
-    return {} if library is None else {dtype: Kernel(library, dtype) for dtype in (torch.float32, torch.float64)}
+    if library is None:
+        return {}, False
+    return {dtype: Kernel(library, dtype) for dtype in (torch.float32, torch.float64)}, bool(library.openmp())
+
+
+def _loaded() -> tuple[dict[torch.dtype, Kernel], bool]:
+    with _LOCK:  # one build, and one warning, when threads ask at once
+        return _load()
 
 
 def kernel(theta: torch.Tensor) -> Kernel | None:
@@ -431,10 +491,15 @@ def kernel(theta: torch.Tensor) -> Kernel | None:
     the kernel compiles and loads here; else None (see :func:`unavailable`)."""
     if theta.device.type != "cpu":
         return None
-    return _kernels().get(theta.dtype)
+    return _loaded()[0].get(theta.dtype)
 
 
 def unavailable() -> str | None:
     """Why the compiled map is not used on this machine, or None when it is."""
-    _kernels()
+    _loaded()
     return _FAILURE[0] if _FAILURE else None
+
+
+def threaded() -> bool:
+    """Whether the compiled map splits its rows among threads (it was built with OpenMP)."""
+    return _loaded()[1]

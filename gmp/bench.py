@@ -107,7 +107,8 @@ def run(width: int = 1024, batches: Sequence[int] = (64, 512, 4096), repeats: in
     why_not = _native.unavailable() if dev.type == "cpu" else "not on the CPU"
     print_fn(f"forward+backward, {width}x{width}, float32, {dev}, torch {torch.__version__}; "
              f"{clock} clock, min over {repeats} repeats; map: "
-             + ("compiled (gmp._native)" if why_not is None else f"torch ops (no compiled map: {why_not})"))
+             + (f"compiled (gmp._native, {'OpenMP threads' if _native.threaded() else 'one thread'})"
+                if why_not is None else f"torch ops (no compiled map: {why_not})"))
     print_fn(f"{'threads':>7} {'batch':>6} {'Linear+ReLU ms':>15} {'GmPLinear ms':>13} {'ratio':>6} "
              f"{'map ms':>7} {'map share':>9} {'torch map ms':>12} {'cumprod ms':>11} {'ratio':>6}")
     try:

@@ -236,7 +236,7 @@ def _scaled_unit(theta: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return scale[:, None] * _angles_to_unit_reference(theta)
     kernel = _native.kernel(theta)
-    if kernel is not None:
+    if kernel is not None and scale.device == theta.device:
         return _CompiledScaledUnit.apply(theta.contiguous(), scale.contiguous(), kernel)
     return _ScaledUnit.apply(theta, scale)
 

@@ -914,12 +914,15 @@ class SameFunction(NamedTuple):
 
 SAME_FUNCTION: tuple[SameFunction, ...] = (
     SameFunction("hyperspherical.py", "794e227df15aed32",
-                 {"hyperspherical.py": "bc2f2b33b810573f", "_native.py": "a9feb5e6ba004bfc"},
+                 {"hyperspherical.py": "c7820106dc0fc1d5", "_native.py": "acd51115d8b03413"},
                  "on the CPU, its map from angles to directions now runs as one compiled pass per direction "
-                 "(gmp/_native.py, issue #30) instead of several torch passes; its outputs and gradients equal "
-                 "those of the previous code, and of autograd through cumprod, to float64 rounding in every "
-                 "orthant and at degenerate angles (tests/test_hyperspherical.py), so a rerun would differ "
-                 "only through float32 rounding"),
+                 "(gmp/_native.py, issue #30) instead of several torch passes; in float64, as these runs used, "
+                 "the two maps' outputs and gradients equal each other, and autograd through cumprod, to "
+                 "float64 rounding in every orthant and at degenerate angles (tests/test_hyperspherical.py: "
+                 "test_compiled_map_equals_the_torch_map_it_replaced_on_the_cpu and "
+                 "test_fused_map_equals_autograd_through_cumprod_in_every_orthant_and_degenerate_points). A rerun "
+                 "computes the same function; its numbers would differ from these only as far as rounding "
+                 "differences, accumulated over training, move them (as between two machines)"),
 )
 """Modules rewritten (for speed, say) since cached runs without changing the function they compute.
 A cached run that recorded a module as ``before`` counts as run by today's code in it while that

@@ -14,4 +14,4 @@ def test_run_reports_every_thread_count_and_batch_and_restores_the_threads():
         assert row["ratio"] == row["gmp_ms"] / row["linear_relu_ms"] > 0
         assert row["map_share"] == row["map_ms"] / row["gmp_ms"] > 0 and row["torch_map_ms"] > 0
     assert len(lines) == 2 + len(rows) and torch.get_num_threads() == before
-    assert "map: compiled (gmp._native)" in lines[0]  # this machine has a C compiler
+    assert "map: compiled (gmp._native, OpenMP threads)" in lines[0]  # this machine has a C compiler and libgomp

@@ -356,6 +356,7 @@ def test_compiled_map_is_the_same_on_any_number_of_threads_and_for_strided_angle
     from gmp.hyperspherical import scaled_directions
 
     monkeypatch.setattr(_native, "ANGLES_PER_THREAD", 1)  # split even these few rows
+    assert _native.threaded()
 
     theta = torch.randn(37, 300, generator=torch.Generator().manual_seed(4))
     scale = torch.randn(37, generator=torch.Generator().manual_seed(5))
@@ -382,8 +383,7 @@ def fresh_native(tmp_path, monkeypatch):
     from gmp import _native
 
     def reset():
-        _native._library.cache_clear()
-        _native._kernels.cache_clear()
+        _native._load.cache_clear()
         _native._FAILURE.clear()
 
     monkeypatch.setenv("GMP_KERNELS", str(tmp_path / "kernels"))
@@ -393,14 +393,32 @@ def fresh_native(tmp_path, monkeypatch):
     reset()
 
 
-def test_compiled_map_builds_once_into_gmp_kernels(fresh_native):
+def test_compiled_map_builds_once_into_gmp_kernels(fresh_native, monkeypatch):
+    monkeypatch.setenv("CC", "cc -DAN_ARGUMENT=1")  # a compiler command with arguments
     assert fresh_native.unavailable() is None
     built = list(fresh_native._kernel_dir().glob("hyperspherical-*.so"))
     assert len(built) == 1 and not list(fresh_native._kernel_dir().glob("tmp*"))
     stamp = built[0].stat().st_mtime_ns
-    fresh_native._library.cache_clear()
-    fresh_native._kernels.cache_clear()
+    fresh_native._load.cache_clear()
     assert fresh_native.unavailable() is None and built[0].stat().st_mtime_ns == stamp  # loaded, not rebuilt
+    # This machine's torch runs on GNU OpenMP as libgomp.so.1, so the map shares its threads.
+    assert fresh_native.flag_sets()[0] == fresh_native.FLAGS[0] and fresh_native.threaded()
+
+
+def test_the_compiled_map_refuses_what_it_would_misread():
+    from gmp import _native
+
+    kernel = _native.kernel(torch.zeros(1, 1))
+    theta, scale = torch.zeros(4, 6), torch.ones(4)
+    for bad_theta, bad_scale, match in ((theta.t(), scale, "theta must be a contiguous"),
+                                        (theta.double(), scale, "theta must be"),
+                                        (theta, scale.double(), "scale must be"),
+                                        (theta, torch.ones(4, device="meta"), "scale must be"),
+                                        (theta, torch.ones(3), "one scale per row")):
+        with pytest.raises(ValueError, match=match):
+            kernel.forward(bad_theta, bad_scale)
+    with pytest.raises(ValueError, match="gradient of shape"):
+        kernel.backward(theta, scale, torch.zeros(4, 6))
 
 
 @pytest.mark.parametrize("setting, why", [
@@ -458,13 +476,21 @@ def test_compiled_map_builds_with_the_fallback_flags_and_gives_the_same_numbers(
     # gets the next set; the map it builds (one thread, generic instructions) agrees with the torch map.
     from gmp.hyperspherical import scaled_directions
 
-    wrapper = tmp_path / "cc"
+    wrapper, calls = tmp_path / "cc", tmp_path / "calls"
     cases = "|".join(refused)
-    wrapper.write_text(f'#!/bin/sh\nfor a in "$@"; do case "$a" in {cases}) exit 1;; esac; done\nexec cc "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n'
+                       f'for a in "$@"; do case "$a" in {cases}) exit 1;; esac; done\nexec cc "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setenv("CC", str(wrapper))
     theta = torch.randn(9, 41, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
     assert fresh_native.kernel(theta) is not None, fresh_native.unavailable()
+    assert not fresh_native.threaded()  # built without OpenMP: one thread
+    tried = len(calls.read_text().splitlines())
+    assert tried == len(fresh_native.FLAGS) - (1 if len(refused) == 1 else 0)
+    assert len(list(fresh_native._kernel_dir().glob("*.failed"))) == tried - 1
+    fresh_native._load.cache_clear()
+    assert fresh_native.kernel(theta) is not None
+    assert len(calls.read_text().splitlines()) == tried  # the failed sets are remembered, the build reused
     scale = torch.randn(9, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
     compiled = scaled_directions(theta, scale)
     assert torch.allclose(compiled, scale[:, None] * _angles_to_unit_reference(theta), rtol=0, atol=1e-14)
