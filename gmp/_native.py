@@ -308,8 +308,9 @@ int NAME(backward)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, con
 }
 #endif
 """
-"""The kernel: ``<dtype>_forward`` writes ``scale[:, None] * u(theta)``; ``<dtype>_backward``
-writes the gradients of the angles and the scales; both return 0, or 1 when out of memory."""
+"""The C source of the kernel. Its ``<dtype>_forward`` writes ``scale[:, None] * u(theta)`` and
+``<dtype>_backward`` the gradients of the angles and the scales (both return 0, or 1 when out of
+memory); ``openmp()`` returns 1 when it was built with OpenMP."""
 
 FLAGS = (
     ("-O3", "-march=native", "-fopenmp"),
@@ -329,8 +330,8 @@ set that fails to compile is remembered (a ``.failed`` file beside the builds; d
 folder to try again)."""
 
 ANGLES_PER_THREAD = 32768
-"""The fewest angles worth a thread of their own: about 50 microseconds of work, well above what
-starting and joining a thread costs, so that small layers run in one thread."""
+"""The fewest angles worth a thread of their own, about 50 microseconds of work, well above what
+starting and joining a thread costs; so small layers run in one thread."""
 
 _FAILURE: list[str] = []
 _LOCK = threading.Lock()
