@@ -918,10 +918,8 @@ SAME_FUNCTION: tuple[SameFunction, ...] = (
                  "on the CPU, its map from angles to directions now runs as one compiled pass per direction "
                  "(gmp/_native.py, issue #30) instead of several torch passes; in float64, as these runs used, "
                  "the two maps' outputs and gradients equal each other, and autograd through cumprod, to "
-                 "float64 rounding in every orthant and at degenerate angles (tests/test_hyperspherical.py: "
-                 "test_compiled_map_equals_the_torch_map_it_replaced_on_the_cpu and "
-                 "test_fused_map_equals_autograd_through_cumprod_in_every_orthant_and_degenerate_points). A rerun "
-                 "computes the same function; its numbers would differ from these only as far as rounding "
+                 "float64 rounding in every orthant and at degenerate angles (tests in tests/test_hyperspherical.py). "
+                 "A rerun computes the same function; its numbers would differ from these only as far as rounding "
                  "differences, accumulated over training, move them (as between two machines)"),
 )
 """Modules rewritten (for speed, say) since cached runs without changing the function they compute.
