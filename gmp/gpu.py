@@ -110,25 +110,40 @@ def chapter_code(notebook: Path, scale: str, device: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+class _HTML:
+    """``IPython.display.HTML`` where IPython is absent: the markup, shown as such by a notebook."""
+
+    def __init__(self, data: str = "", *args: Any, **kwargs: Any) -> None:
+        self.data = data
+
+    def _repr_html_(self) -> str:
+        return self.data
+
+
+def without_ipython() -> None:
+    """Give a chapter's code, run by a plain ``python`` (``run_chapter``), what a notebook gives it:
+    ``display`` as a builtin (IPython's, or one that shows nothing where IPython is absent, as on the GPU
+    machine), and where IPython is absent the one module of it that gmp's notes and tables import,
+    ``IPython.display`` (its ``HTML`` and ``display``). The package ``IPython`` itself stays absent, so that
+    libraries that look for it (matplotlib's pyplot, tqdm) find it missing, as under a plain ``python``."""
+    import builtins
+    import types
+
+    try:
+        from IPython.display import display
+    except ImportError:
+        module = types.ModuleType("IPython.display", "IPython's display module where IPython is absent (gmp.gpu)")
+        module.HTML, module.display = _HTML, lambda *objects, **kwargs: None
+        sys.modules[module.__name__] = module  # its parent package is not needed to import it by this name
+        display = module.display
+    builtins.display = display
+
+
 _PRELUDE = """
-import sys, types
 import matplotlib
 matplotlib.use("Agg")
-try:
-    import IPython.display
-except ImportError:
-    display_module = types.ModuleType("IPython.display")
-    class _Shown(str):
-        def __new__(cls, data="", *args, **kwargs):
-            return str.__new__(cls, data)
-    for _name in ("HTML", "Markdown", "Image", "Math"):
-        setattr(display_module, _name, _Shown)
-    display_module.display = lambda *args, **kwargs: None
-    package = types.ModuleType("IPython")
-    package.display = display_module
-    sys.modules["IPython"], sys.modules["IPython.display"] = package, display_module
-import builtins
-builtins.display = sys.modules["IPython.display"].display
+from gmp.gpu import without_ipython
+without_ipython()
 """
 
 
