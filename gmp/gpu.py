@@ -592,7 +592,7 @@ def _keep_returned(folder: Path) -> None:
             if not any(path.iterdir()):
                 path.rmdir()
             continue
-        if path.parent == partial and (path.suffix == ".jsonl" or path.suffix == ".pt"):
+        if path.parent == partial and path.suffix in (".jsonl", ".pt") and not path.name.startswith("."):
             continue  # a journal, or a checkpoint moved here already
         if path.parent.parent == partial and path.suffix == ".pt" and not path.name.startswith(".") and \
                 _unfinished(path.stem, results.journal_units(partial / f"{path.parent.name}.jsonl")):
