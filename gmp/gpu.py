@@ -518,11 +518,12 @@ def units_job(out: Path, chapters: Sequence[str], scale: str, device: str, deadl
 
 
 RETURN_FILES = 8
-"""What comes back from a GPU machine's ``OUT``: at most 8 files (:func:`return_problems`)."""
+"""The most files that come back from a GPU machine's ``OUT`` (:func:`return_problems`)."""
 RETURN_BYTES = 16 * 2 ** 20
-"""... each at most 16 MiB ..."""
+"""The largest file that comes back from a GPU machine's ``OUT``, in bytes (16 MiB)."""
 RETURN_DEPTH = 2
-"""... at most two folders below ``OUT``, every name made of letters, digits, ``.``, ``_`` and ``-`` only."""
+"""The most folders below ``OUT`` that a file coming back from a GPU machine may lie in; every name on its
+path is made of letters, digits, ``.``, ``_`` and ``-`` only."""
 
 
 def return_problems(out: Path) -> list[str]:
