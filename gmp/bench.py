@@ -5,7 +5,8 @@ of Lu et al.'s Section 3.2 before and after the fused row-normalised layer (:fun
 
 ``python -m gmp.bench --stacked [--device cuda]`` instead times training steps of ``lu_real``'s
 depth-200 networks one at a time and stacked (:func:`stacked`), and on a GPU projects the whole
-paper-scale run from them.
+paper-scale run from them. ``python -m gmp.bench --stacked --count`` counts instead, on the CPU, the
+kernels and bytes per layer of a stacked step and the networks per GPU command they allow (:func:`count`).
 
 ``python -m gmp.bench --minibatch`` instead times mini-batch Adam updates of the SBSNN figure
 network under its author's protocol (:func:`minibatch`).
@@ -27,9 +28,12 @@ import argparse
 import functools
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch import nn
 
 from gmp import _native
@@ -340,6 +344,121 @@ def stacked(depth: int = 200, width: int = 500, batch: int = 64, in_features: in
     return rows
 
 
+CARDS: dict[str, float] = {"H100": 3.0e12, "H200": 4.3e12}
+"""Memory bandwidth (bytes/s) of the GPUs lent to this project: an H100's as measured (3.0 TB/s),
+an H200's as its maker gives it (4.3 TB/s)."""
+
+_NO_KERNEL = frozenset({"empty", "empty_strided", "empty_like", "lift_fresh", "_local_scalar_dense", "detach",
+                        "alias", "_unsafe_view", "set_", "resize_", "_to_copy_meta"})
+"""ATen operators that launch no kernel on a GPU (allocation, aliasing, reading a scalar back)."""
+
+
+class _KernelCounter(TorchDispatchMode):
+    """Counts the ATen operators a computation runs at the dispatcher (after autograd and composite
+    operators have been decomposed, as ``torch.utils.flop_counter`` counts), except views and
+    :data:`_NO_KERNEL`: each is one kernel on a GPU in eager mode. Its bytes are those of its
+    distinct tensor inputs (read) and outputs (written), each once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernels, self.bytes = 0, 0
+        self.names: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        returns = func._schema.returns
+        view = bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+        if not view and name not in _NO_KERNEL:
+            self.kernels += 1
+            self.names[name] = self.names.get(name, 0) + 1
+            for tree in ((args, kwargs or {}), out):
+                tensors = {(t.data_ptr(), t.nbytes): t for t in torch.utils._pytree.tree_leaves(tree)
+                           if isinstance(t, torch.Tensor)}
+                self.bytes += sum(nbytes for _, nbytes in tensors)
+        return out
+
+
+def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[int, int] = (2, 6), width: int = 500,
+                  batch: int = 64, in_features: int = 784, compile: bool = False) -> dict[str, float]:
+    """Kernels and bytes of one training step of ``lu_real``'s networks ``labels`` (with BN when
+    ``batchnorm``) stacked by :class:`gmp.experiments.lu_real.StackedTraining`, counted on the CPU by
+    :class:`_KernelCounter`, per square layer: the difference between the counts at the two
+    ``depths``, divided by their difference (the bottom and top layers, the loss and the
+    bookkeeping cancel out). Eager mode, float32; the step after two warm-up steps."""
+    from gmp import config
+    from gmp.experiments import lu_real
+
+    base = config.load("lu_real", "paper").as_dict()
+    names = [f"{label}-BN" if batchnorm else label for label in labels]
+    torch.manual_seed(0)
+    x, y = torch.randn(batch, in_features), torch.randint(0, 10, (batch,))
+    counts = []
+    for depth in depths:
+        cfg = config.Config("lu_real", "paper", {**base, "depth": depth, "width": width, "batch_size": batch})
+        training = lu_real.StackedTraining(names, in_features, cfg, "cpu", graph=False, compile=compile)
+        training.seconds_per_step(x, y, steps=1)  # the bookkeeping set up, two warm-up steps
+        with _KernelCounter() as counter:
+            training._full_step(x, y)
+        counts.append(counter)
+    layers = depths[1] - depths[0]
+    return {"networks": len(names), "kernels_per_layer_step": (counts[1].kernels - counts[0].kernels) / layers,
+            "bytes_per_layer_step": (counts[1].bytes - counts[0].bytes) / layers,
+            "kernels_per_step_at_depth": {d: c.kernels for d, c in zip(depths, counts)},
+            "operators_per_layer_step": {k: (counts[1].names.get(k, 0) - counts[0].names.get(k, 0)) / layers
+                                         for k in sorted(set(counts[1].names) | set(counts[0].names))
+                                         if counts[1].names.get(k, 0) != counts[0].names.get(k, 0)}}
+
+
+def lease_prediction(bytes_per_layer_network_step: float, kernels_per_layer_step: float, bandwidth: float,
+                     depth: int = 200, steps: int = 50 * 938, seconds: float = 530 - 110 - 30,
+                     most: int = 12) -> dict[str, float]:
+    """What the memory traffic alone allows in one GPU command: the step time floor of ``n`` stacked
+    networks, ``depth * n * bytes / bandwidth``, and the most networks (at most ``most``, a group)
+    whose ``steps`` steps (50 MNIST epochs of 938) fit in ``seconds`` (the command's default
+    530 s less the smoke run's 110 s and its 30 s margin). Also the time per kernel at which the
+    launches of ``depth * kernels`` kernels per step would take as long as that floor for the networks
+    predicted: launches cost more than that, and they, not memory, bound the step."""
+    per_network = depth * bytes_per_layer_network_step / bandwidth
+    networks = min(most, int(seconds / (steps * per_network)))
+    floor = max(networks, 1) * per_network
+    return {"seconds_per_network_step": per_network, "networks": networks,
+            "minutes_for_them": networks * per_network * steps / 60,
+            "break_even_us_per_kernel": 1e6 * floor / (depth * kernels_per_layer_step)}
+
+
+def count(print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """``python -m gmp.bench --stacked --count``: :func:`count_stacked` for a group of ``lu_real``'s
+    twelve networks (six activations, plain and GPN) without and with BN, and the networks per GPU
+    command it predicts on each of :data:`CARDS` (:func:`lease_prediction`)."""
+    from gmp.experiments import lu_real
+
+    labels = lu_real.variants(lu_real.ACTIVATIONS)
+    rows = []
+    print_fn(f"one training step of {len(labels)} stacked networks (lu_real, width 500, batch 64, float32, eager), "
+             f"counted on the CPU at the dispatcher (views and allocations left out), per square layer; "
+             f"torch {torch.__version__}")
+    for batchnorm in (False, True):
+        row = count_stacked(labels, batchnorm)
+        n = row["networks"]
+        row["bytes_per_layer_network_step"] = row["bytes_per_layer_step"] / n
+        print_fn(f"{'with' if batchnorm else 'without'} BN: {row['kernels_per_layer_step']:.0f} kernels per layer-step "
+                 f"for the stack, {row['bytes_per_layer_network_step'] / 1e6:.2f} MB per layer per network-step "
+                 f"({row['bytes_per_layer_step'] / 1e6:.1f} MB for the stack); at depth 200: "
+                 f"{200 * row['kernels_per_layer_step']:,.0f} kernels and "
+                 f"{200 * row['bytes_per_layer_step'] / 1e9:.1f} GB per step")
+        print_fn("  operators per layer-step: " + ", ".join(f"{k} {v:g}" for k, v in row["operators_per_layer_step"].items()))
+        for card, bandwidth in CARDS.items():
+            prediction = lease_prediction(row["bytes_per_layer_network_step"], row["kernels_per_layer_step"], bandwidth)
+            row[card] = prediction
+            print_fn(f"  {card} ({bandwidth / 1e12:.1f} TB/s): memory floor {1e3 * prediction['seconds_per_network_step']:.2f}"
+                     f" ms per network-step; {prediction['networks']} networks' 50 MNIST epochs fit in one command's "
+                     f"390 s of training ({prediction['minutes_for_them']:.1f} min at the floor), if each kernel costs "
+                     f"under {prediction['break_even_us_per_kernel']:.2f} us")
+        rows.append(row)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--width", type=int, default=1024)
@@ -359,9 +478,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--stacked", action="store_true",
                         help="instead: lu_real's depth-200 networks one at a time and stacked, on --device")
     parser.add_argument("--steps", type=int, default=5, help="with --stacked: timed steps")
+    parser.add_argument("--count", action="store_true",
+                        help="with --stacked: count kernels and bytes per layer-step on the CPU instead of timing, "
+                             "and predict the networks per GPU command")
     args = parser.parse_args(argv)
     if args.minibatch:
         minibatch(args.stacks or [1, 2, 4])
+    elif args.stacked and args.count:
+        count()
     elif args.stacked:
         stacked(args.depth, stacks=args.stacks or [1, 4, 12], steps=args.steps, device=args.device)
     elif args.deep:

@@ -25,7 +25,8 @@ under ``OUT`` even when a step fails:
    afford, including those a chapter's ``QUEUED`` settings add: :func:`unit_config`), each
    computed whole by the chapter's ``units`` in its order, in a child process stopped at the
    deadline, journalled under ``OUT/<chapter>/_partial/``. A unit cut short leaves its last
-   checkpoint there to come back, and resumes from it in a later lease (:func:`merge`).
+   checkpoint there to come back (``<scale>-<digest>.<unit>.pt``), and resumes from it in a later
+   lease (:func:`merge`).
 5. ``OUT/summary.json``: what ran, in which mode (CUDA graph or eager), the measured step
    times and the minutes per group, and the units computed.
 
@@ -43,6 +44,7 @@ import concurrent.futures
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,7 +59,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 __all__ = ["main", "chapter_code", "next_group", "load_group", "train_group", "unit_config", "missing_units",
-           "compute_units", "merge", "UNIT_CHAPTERS"]
+           "compute_units", "merge", "return_problems", "UNIT_CHAPTERS", "RETURN_FILES", "RETURN_BYTES",
+           "RETURN_DEPTH"]
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -110,25 +113,40 @@ def chapter_code(notebook: Path, scale: str, device: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+class _HTML:
+    """``IPython.display.HTML`` where IPython is absent: the markup, shown as such by a notebook."""
+
+    def __init__(self, data: str = "", *args: Any, **kwargs: Any) -> None:
+        self.data = data
+
+    def _repr_html_(self) -> str:
+        return self.data
+
+
+def without_ipython() -> None:
+    """Give a chapter's code, run by a plain ``python`` (``run_chapter``), what a notebook gives it:
+    ``display`` as a builtin (IPython's, or one that shows nothing where IPython is absent, as on the GPU
+    machine), and where IPython is absent the one module of it that gmp's notes and tables import,
+    ``IPython.display`` (its ``HTML`` and ``display``). The package ``IPython`` itself stays absent, so that
+    libraries that look for it (matplotlib's pyplot, tqdm) find it missing, as under a plain ``python``."""
+    import builtins
+    import types
+
+    try:
+        from IPython.display import display
+    except ImportError:
+        module = types.ModuleType("IPython.display", "IPython's display module where IPython is absent (gmp.gpu)")
+        module.HTML, module.display = _HTML, lambda *objects, **kwargs: None
+        sys.modules[module.__name__] = module  # its parent package is not needed to import it by this name
+        display = module.display
+    builtins.display = display
+
+
 _PRELUDE = """
-import sys, types
 import matplotlib
 matplotlib.use("Agg")
-try:
-    import IPython.display
-except ImportError:
-    display_module = types.ModuleType("IPython.display")
-    class _Shown(str):
-        def __new__(cls, data="", *args, **kwargs):
-            return str.__new__(cls, data)
-    for _name in ("HTML", "Markdown", "Image", "Math"):
-        setattr(display_module, _name, _Shown)
-    display_module.display = lambda *args, **kwargs: None
-    package = types.ModuleType("IPython")
-    package.display = display_module
-    sys.modules["IPython"], sys.modules["IPython.display"] = package, display_module
-import builtins
-builtins.display = sys.modules["IPython.display"].display
+from gmp.gpu import without_ipython
+without_ipython()
 """
 
 
@@ -427,8 +445,9 @@ def compute_units(out: Path, chapter: str, scale: str, device: str, deadline: fl
     (monotonic s), each journalled whole under ``out/<chapter>/_partial/`` as it finishes, with what was done
     in ``out/<chapter>/units.json`` after each unit. Meant for a child process that the caller stops at the
     deadline: a unit cut short is never journalled in part, but its last checkpoint (the chapter's
-    ``store.scratch``, written every few epochs) stays under ``out/<chapter>/_partial/<scale>-<digest>/``,
-    and a unit whose checkpoint the repository holds there (:func:`merge` puts a returned one) resumes from it."""
+    ``store.scratch``, written every few epochs) stays under ``out/<chapter>/_partial/<scale>-<digest>/``
+    (the caller moves it to ``<scale>-<digest>.<unit>.pt`` beside the journal, to come back), and a unit whose
+    checkpoint the repository holds there (:func:`merge` puts a returned one) resumes from it."""
     import importlib
 
     from gmp import results
@@ -498,28 +517,89 @@ def units_job(out: Path, chapters: Sequence[str], scale: str, device: str, deadl
     return done
 
 
+RETURN_FILES = 8
+"""The most files that come back from a GPU machine's ``OUT`` (:func:`return_problems`)."""
+RETURN_BYTES = 16 * 2 ** 20
+"""The largest file that comes back from a GPU machine's ``OUT``, in bytes (16 MiB)."""
+RETURN_DEPTH = 2
+"""The most folders below ``OUT`` that a file coming back from a GPU machine may lie in; every name on its
+path is made of letters, digits, ``.``, ``_`` and ``-`` only."""
+
+
+def return_problems(out: Path) -> list[str]:
+    """What under ``out`` would not come back from a GPU machine (:data:`RETURN_FILES`), one line each;
+    empty when everything would."""
+    paths = sorted(path for path in out.rglob("*") if path.is_file() or path.is_symlink())
+    problems = [f"{len(paths)} files, more than {RETURN_FILES}"] if len(paths) > RETURN_FILES else []
+    for path in paths:
+        name = path.relative_to(out).as_posix()
+        if path.is_symlink():
+            problems.append(f"{name}: a link, not a plain file")
+        elif path.stat().st_size > RETURN_BYTES:
+            problems.append(f"{name}: {path.stat().st_size:,} bytes, more than {RETURN_BYTES // 2 ** 20} MiB")
+        if name.count("/") > RETURN_DEPTH:
+            problems.append(f"{name}: {name.count('/')} folders below OUT, more than {RETURN_DEPTH}")
+        if not all(re.fullmatch(r"[A-Za-z0-9._-]+", part) for part in name.split("/")):
+            problems.append(f"{name}: a name with characters other than letters, digits, '.', '_' and '-'")
+    return problems
+
+
+def _within_return_limits(out: Path) -> list[str]:
+    """Remove the returned checkpoints (``*/_partial/*.pt``) that would not come back (over
+    :data:`RETURN_BYTES`), then, while ``out`` holds more than :data:`RETURN_FILES` files, the others, last
+    by name first (their units start again from the start); what was removed, and why."""
+    removed = []
+    checkpoints = sorted(out.glob("*/_partial/*.pt"))
+    for path in list(checkpoints):
+        if path.stat().st_size > RETURN_BYTES:
+            checkpoints.remove(path)
+            path.unlink()
+            removed.append(f"{path.relative_to(out)}: over {RETURN_BYTES // 2 ** 20} MiB")
+    while checkpoints and sum(p.is_file() for p in out.rglob("*")) > RETURN_FILES:
+        path = checkpoints.pop()
+        path.unlink()
+        removed.append(f"{path.relative_to(out)}: more than {RETURN_FILES} files")
+    for note in removed:
+        print(f"  removed {note} (it would not come back)", flush=True)
+    return removed
+
+
+def _returned_checkpoint(journal_stem: str, scratch_name: str) -> str:
+    """The name under ``OUT/<chapter>/_partial/`` of the checkpoint ``<journal_stem>/<scratch_name>`` (where
+    the unit checkpoints, ``Store.scratch``): ``<journal_stem>.<scratch_name>``, one folder less deep, so that
+    it comes back (:data:`RETURN_DEPTH`)."""
+    return f"{journal_stem}.{scratch_name}"
+
+
+def _unfinished(scratch_stem: str, journalled: Mapping[str, Any]) -> bool:
+    """Whether a unit's checkpoint (``Store.scratch`` of its key, or of ``<key>-<part>`` for a unit of
+    several fits) belongs to no unit of ``journalled``."""
+    return not any(scratch_stem == key or scratch_stem.startswith(f"{key}-") for key in journalled)
+
+
 def _keep_returned(folder: Path) -> None:
-    """Remove from ``folder`` all but its journals (``_partial/*.jsonl``) and the checkpoint of a unit cut
-    short (``_partial/<scale>-<digest>/<unit>.pt``, whose unit the journal beside it lacks): a child stopped
-    at the deadline leaves its bookkeeping, locks and the checkpoints of finished units behind, and at most
-    8 files come back from a GPU machine (one unit at a time runs per chapter, so at most one checkpoint each)."""
+    """Remove from ``folder`` all but its journals (``_partial/*.jsonl``) and the checkpoints of a unit cut
+    short (``_partial/<scale>-<digest>/<unit>.pt``, whose unit the journal beside it lacks), which move to
+    ``_partial/<scale>-<digest>.<unit>.pt`` (:data:`RETURN_DEPTH`): a child stopped at the deadline leaves
+    its bookkeeping, locks and the checkpoints of finished units behind, and at most 8 files come back from
+    a GPU machine (one unit at a time runs per chapter)."""
     from gmp import results
 
     if not folder.is_dir():
         return
     partial = folder / "_partial"
-
-    def unfinished(path: Path) -> bool:
-        done = results.journal_units(path.parent.with_name(path.parent.name + ".jsonl"))
-        return not any(path.stem == key or path.stem.startswith(f"{key}-") for key in done)
-
     for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        kept = (path.parent == partial and path.suffix == ".jsonl") or \
-            (path.parent.parent == partial and path.suffix == ".pt" and not path.name.startswith(".") and unfinished(path))
-        if path.is_file() and not kept:
+        if path.is_dir():
+            if not any(path.iterdir()):
+                path.rmdir()
+            continue
+        if path.parent == partial and path.suffix in (".jsonl", ".pt") and not path.name.startswith("."):
+            continue  # a journal, or a checkpoint moved here already
+        if path.parent.parent == partial and path.suffix == ".pt" and not path.name.startswith(".") and \
+                _unfinished(path.stem, results.journal_units(partial / f"{path.parent.name}.jsonl")):
+            os.replace(path, partial / _returned_checkpoint(path.parent.name, path.name))
+        else:
             path.unlink()
-        elif path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
 
 
 def _whole(entries: Sequence[Mapping[str, Any]], epochs: int) -> bool:
@@ -533,11 +613,16 @@ def _whole(entries: Sequence[Mapping[str, Any]], epochs: int) -> bool:
 
 
 def _journal_config(path: Path, chapter: str) -> Any:
-    """The config of ``chapter`` that the returned journal ``path`` (``<scale>-<digest>.jsonl``) was
-    written for, today's or :func:`unit_config`; a ValueError when it is neither."""
+    """The config of ``chapter`` that the returned journal ``path`` (``<scale>-<digest>.jsonl``), or
+    checkpoint (``<scale>-<digest>.<unit>.pt``), was written for, today's or :func:`unit_config`; a
+    ValueError when it is neither."""
     from gmp import config
 
-    scale, digest = path.stem.split("-", 1)
+    scale, _, digest = path.name.split(".", 1)[0].partition("-")
+    if scale not in config.SCALES or not digest:
+        raise ValueError(f"{path}: not a name that gmp.gpu writes (<scale>-<config digest>.jsonl or "
+                         f"<scale>-<config digest>.<unit>.pt, scale one of {', '.join(config.SCALES)}); nothing "
+                         "was merged: remove it from the returned folder and merge again")
     today, queued = config.load(chapter, scale), unit_config(chapter, scale)
     if digest not in (today.digest, queued.digest):
         raise ValueError(f"{path} was written for config {digest}, but {chapter}'s {scale} config is now "
@@ -560,16 +645,21 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
     For ``lu_real`` only whole networks are added (``_whole``), and a network that already has an
     entry there is left out whole, so that two runs are never spliced into one trajectory; for the
     other chapters each unit is whole by itself and is added unless its key is there already.
-    A returned checkpoint of a unit cut short (``out/<chapter>/_partial/<scale>-<digest>/<unit>.pt``) goes to
-    the same place in ``results_root``, where the next GPU command (which carries it) or a CPU run resumes
-    the unit, unless the unit is journalled there or the checkpoint there has reached a later epoch.
-    Refuses a journal or checkpoint of another config. Returns the journal keys added."""
+    A returned checkpoint of a unit cut short (``out/<chapter>/_partial/<scale>-<digest>.<unit>.pt``) goes to
+    where the unit checkpoints in ``results_root`` (``<chapter>/_partial/<scale>-<digest>/<unit>.pt``), where
+    the next GPU command (which carries it) or a CPU run resumes the unit, unless the unit is journalled there
+    or the checkpoint there has reached a later epoch.
+
+    Everything that came back is checked before anything in ``results_root`` changes: a journal or
+    checkpoint of another config, a damaged checkpoint or a name gmp.gpu does not write raises a
+    ValueError and nothing is merged. Returns the journal keys added."""
     from gmp import results
 
     root = results_root if results_root is not None else results.results_root()
     if root is None:
         raise ValueError("no results folder: run from a clone of the book's repository or set GMP_RESULTS")
-    added = []
+    appends: list[tuple[Path, list[dict[str, Any]]]] = []  # (journal in root, entries to add)
+    copies: list[tuple[Path, Path, int]] = []  # (returned checkpoint, where it goes, its epoch)
     for path in sorted(out.glob("*/_partial/*.jsonl")):
         chapter = path.parent.parent.name
         if chapter == "lu_real":
@@ -577,30 +667,34 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
         _journal_config(path, chapter)
         target = root / chapter / "_partial" / path.name
         present = set(results.journal_units(target))
-        lines = [e for e in results.journal_entries(path) if e["key"] not in present]
-        for entry in results.journal_entries(path):
+        entries = results.journal_entries(path)
+        for entry in entries:
             if entry["key"] in present:
                 print(f"  {chapter} {entry['key']}: already in {target.name}, left out", flush=True)
+        lines = [e for e in entries if e["key"] not in present]
         if lines:
-            results.append_journal(target, [json.dumps(e) for e in results.with_code(lines, results.journal_entries(path))])
-            added += [e["key"] for e in lines]
-    for path in sorted(out.glob("*/_partial/*/*.pt")):
-        chapter = path.parents[2].name
+            appends.append((target, results.with_code(lines, entries)))
+    for path in sorted(out.glob("*/_partial/*.pt")):
+        chapter = path.parents[1].name
         if chapter == "lu_real" or path.name.startswith("."):
             continue
-        journal = path.parent.with_name(path.parent.name + ".jsonl")
-        _journal_config(journal, chapter)
-        target = root / chapter / "_partial" / path.parent.name / path.name
-        journalled = results.journal_units(root / chapter / "_partial" / journal.name)
-        epoch = _checkpoint_epoch(path)
-        if path.stem in journalled:  # a unit key is its checkpoint's name (Store.scratch) when, as here, it is plain
-            print(f"  {chapter} {path.stem}: journalled already, its checkpoint left out", flush=True)
+        _journal_config(path, chapter)
+        stem, unit = path.name.split(".", 1)
+        try:
+            epoch = _checkpoint_epoch(path)
+        except ValueError as err:
+            raise ValueError(f"{err}. Nothing was merged: remove {path} from the returned folder (its unit then "
+                             "starts afresh, or from the repository's checkpoint) and merge again") from None
+        target = root / chapter / "_partial" / stem / unit
+        journalled = {**results.journal_units(target.parent.with_suffix(".jsonl")),
+                      **results.journal_units(path.with_name(f"{stem}.jsonl"))}
+        if not _unfinished(target.stem, journalled):
+            print(f"  {chapter} {target.stem}: journalled already, its checkpoint left out", flush=True)
         elif target.is_file() and _checkpoint_epoch(target) >= epoch:
-            print(f"  {chapter} {path.stem}: the repository's checkpoint is at epoch {_checkpoint_epoch(target)}, "
+            print(f"  {chapter} {target.stem}: the repository's checkpoint is at epoch {_checkpoint_epoch(target)}, "
                   f"the returned one at {epoch}: kept the repository's", flush=True)
         else:
-            results.atomic_write_bytes(target, path.read_bytes())
-            print(f"  {chapter} {path.stem}: checkpoint at epoch {epoch} put in {target}", flush=True)
+            copies.append((path, target, epoch))
     for path in sorted((out / "lu_real" / "_partial").glob("*.jsonl")):
         cfg = _journal_config(path, "lu_real")
         target = root / "lu_real" / "_partial" / path.name
@@ -618,8 +712,14 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
             else:
                 lines += entries
         if lines:
-            results.append_journal(target, [json.dumps(e) for e in lines])
-            added += [e["key"] for e in lines]
+            appends.append((target, lines))
+    for source, target, epoch in copies:
+        results.atomic_write_bytes(target, source.read_bytes())
+        print(f"  {target.parents[2].name} {target.stem}: checkpoint at epoch {epoch} put in {target}", flush=True)
+    added = []
+    for target, lines in appends:
+        results.append_journal(target, [json.dumps(e) for e in lines])
+        added += [e["key"] for e in lines]
     return added
 
 
@@ -700,6 +800,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception:
             summary["units"] = {"error": traceback.format_exc()[-3000:]}
     summary["seconds"] = round(time.monotonic() - begin, 1)
+    _write_json(out / "summary.json", summary)
+    summary["left_out"] = _within_return_limits(out)
+    summary["return_problems"] = return_problems(out)
     _write_json(out / "summary.json", summary)
     print(json.dumps({k: v for k, v in summary.items() if k != "environment"}, indent=1, default=str), flush=True)
     return 0 if "error" not in summary["lu_real"] else 1

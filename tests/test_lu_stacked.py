@@ -247,16 +247,27 @@ def test_chapter_code_runs_without_papermill_or_ipython_magics(root):
 
 
 def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, root):
-    """``python -m gmp.gpu OUT --device cpu --scale smoke``: one chapter's code, then the next
-    group of lu_real's smoke run journalled whole, then the Part III units; ``merge`` adds both to a
+    """The rehearsal of a lease: ``python -m gmp.gpu OUT --device cpu --scale smoke`` in a process (and its
+    children) that cannot import what the GPU image lacks (``tests/gpu_image``): one chapter's code, the
+    ``cuda`` tests collected, then the next group of lu_real's smoke run journalled whole, then the Part III
+    units; everything under OUT within what comes back from a GPU machine; ``merge`` adds both to a
     repository's journals."""
+    import re
+    import subprocess
+    import sys
+
     from gmp import results
 
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
     monkeypatch.delenv(results.STAGING_ENV, raising=False)
     out = tmp_path / "out"
-    assert gpu.main([str(out), "--device", "cpu", "--scale", "smoke", "--seconds", "300", "--smoke-seconds", "120",
-                     "--chapters", "lu_gpn"]) == 0
+    program = ("import os, sys\nfrom gmp import gpu, results\nrc = gpu.main(sys.argv[1:])\n"
+               "assert results.STAGING_ENV not in os.environ  # set for the journal's write only\nsys.exit(rc)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "gpu_image"), str(root)])}
+    done = subprocess.run([sys.executable, "-c", program, str(out), "--device", "cpu", "--scale", "smoke",
+                           "--seconds", "300", "--smoke-seconds", "120", "--chapters", "lu_gpn"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["smoke"]["chapters"] == summary["smoke"]["chapters_ok"] == 1, summary["smoke"]
     run = summary["lu_real"]
@@ -267,7 +278,10 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     assert [e["key"] for e in entries] == [lu_real.epoch_key("digits", label, 0, 1) for label in run["networks"]]
     assert all(e["value"]["device"] == "cpu" and e["value"]["stacked"] == 4 for e in entries)
     assert set(run["probe_ms_per_step"]) == {"1", "4"}  # one network first, then all four (JSON keys)
-    assert results.STAGING_ENV not in os.environ  # set for the journal's write only
+    tests = [json.loads(line) for line in (out / "smoke.jsonl").read_text().splitlines()][-1]
+    skipped = re.search(r"(\d+) skipped", tests["output_tail"])  # without a GPU: collected, then skipped
+    assert tests["rc"] == 0 and skipped and int(skipped[1]) == (root / "tests" / "test_cuda.py").read_text().count(
+        "\ndef test_"), tests
     units = summary["units"]  # the second job, with the time the group left
     assert set(units) == set(gpu.UNIT_CHAPTERS) == {"sbsnn_author", "sbsnn_author_figs"}
     for job in units.values():
@@ -277,6 +291,7 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     assert files == ["gpu.json", f"lu_real/_partial/smoke-{cfg.digest}.jsonl",
                      *(f"{chapter}/_partial/smoke-{digest}.jsonl" for chapter, digest in sorted(part3.items())),
                      "smoke.jsonl", "summary.json"]  # at most 8 files come back
+    assert gpu.return_problems(out) == [] == summary["return_problems"] == summary["left_out"]
     added = gpu.merge(out, tmp_path / "repo")
     assert len(added) == 4 + sum(len(job["done"]) for job in units.values()) and gpu.merge(out, tmp_path / "repo") == []
     (out / "lu_real" / "_partial" / "smoke-0000000000000000.jsonl").write_text(journal.read_text())
@@ -399,6 +414,8 @@ def test_a_unit_resumes_from_the_checkpoint_the_repository_holds_for_it(tmp_path
 
 
 def test_the_checkpoint_of_a_unit_cut_short_comes_back_and_merge_keeps_the_furthest(tmp_path, monkeypatch):
+    """A unit's checkpoint (``_partial/<scale>-<digest>/<unit>.pt``, three folders below OUT: it would not come
+    back) moves to ``_partial/<scale>-<digest>.<unit>.pt``, and ``merge`` puts it where the unit checkpoints."""
     import torch
 
     from gmp import results
@@ -415,10 +432,11 @@ def test_the_checkpoint_of_a_unit_cut_short_comes_back_and_merge_keeps_the_furth
     (folder / ".staging-smoke" / "run-code").mkdir(parents=True)
     (folder / ".staging-smoke" / "run-code" / "1.json").write_text("{}")
     gpu._keep_returned(folder)  # fig4seeds-sin-0 finished: its checkpoint does not come back
-    returned = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    assert returned == [f"_partial/smoke-{digest}.jsonl"] + [f"_partial/smoke-{digest}/{k}.pt" for k in
-                                                              ("fig4seeds-triangle-0", "fig6seeds-sin-nerf-0")]
-    torch.save({"epoch": 3}, scratch / "fig4seeds-sin-0.pt")  # had it come back, merge would leave it out
+    returned = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+    assert returned == ["_partial", f"_partial/smoke-{digest}.fig4seeds-triangle-0.pt",
+                        f"_partial/smoke-{digest}.fig6seeds-sin-nerf-0.pt", f"_partial/smoke-{digest}.jsonl"]
+    assert gpu.return_problems(tmp_path / "out") == []
+    torch.save({"epoch": 3}, folder / "_partial" / f"smoke-{digest}.fig4seeds-sin-0.pt")  # had it come back
     repo = tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}"
     repo.mkdir(parents=True)
     torch.save({"epoch": 30}, repo / "fig4seeds-triangle-0.pt")  # a CPU run got further
@@ -426,9 +444,7 @@ def test_the_checkpoint_of_a_unit_cut_short_comes_back_and_merge_keeps_the_furth
     assert sorted(p.name for p in repo.iterdir()) == ["fig4seeds-triangle-0.pt", "fig6seeds-sin-nerf-0.pt"]
     assert gpu._checkpoint_epoch(repo / "fig4seeds-triangle-0.pt") == 30
     assert gpu._checkpoint_epoch(repo / "fig6seeds-sin-nerf-0.pt") == 10
-    other = folder / "_partial" / "smoke-0000000000000000"
-    other.mkdir()
-    torch.save({"epoch": 1}, other / "fig4seeds-sin-0.pt")
+    torch.save({"epoch": 1}, folder / "_partial" / "smoke-0000000000000000.fig4seeds-sin-0.pt")
     with pytest.raises(ValueError, match="written for config 0000000000000000"):
         gpu.merge(tmp_path / "out")
 

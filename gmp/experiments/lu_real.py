@@ -5,12 +5,17 @@ activations, their GPN versions, with and without batch normalisation.
 Set-up of Section 3.2: row-normalised square weights ``W = (v_i/||v_i||)_i`` (Eq. (55)),
 one unconstrained layer at the bottom and one at the top, SGD with momentum 0.5, batch 64,
 learning rate 1e-4, 50 epochs (MNIST) / 100 epochs (CIFAR-10), no augmentation; "-BN"
-puts batch normalisation before the activation. Settings the paper does not state, and
-what we chose: ``V`` starts as a Haar-random orthogonal matrix (so ``W`` starts exactly
-orthogonal, the setting of the theory, Assumption 2); no biases (Definition 1); softmax
-cross-entropy; inputs standardised per channel (:mod:`gmp.data.classification`); the
-"Train" accuracy of Table 2 is the accuracy on the whole training set after the last
-epoch, in evaluation mode; one seed. The gradient norm ratio of Figs. 10-13 is
+puts batch normalisation before the activation. What the paper leaves open follows the
+first author's code (``protocol="author"``, see :func:`build`): ``V`` starts as a
+Haar-random orthogonal matrix (so ``W`` starts exactly orthogonal, the setting of the
+theory, Assumption 2); the square layers have no bias, the bottom and top layers have
+biases and orthogonal weights, and the activation also follows the bottom layer; the GPN
+constants are the author's typed ones; softmax cross-entropy; inputs standardised per
+channel (:mod:`gmp.data.classification`); the "Train" accuracy of Table 2 is the author's
+running count of correct predictions over the epoch's mini-batches, in training mode
+(``train_acc``), with the accuracy on the whole training set after the last epoch, in
+evaluation mode, beside it (``train_acc_eval``); one seed, whose initial weights and
+shuffled order every network shares. The gradient norm ratio of Figs. 10-13 is
 ``max_l ||dE/dV^(l)||_F / min_l ||dE/dV^(l)||_F`` over the square layers (Eq. (56)).
 
 MNIST and CIFAR-10 are not available offline and the paper's networks need a GPU, so the

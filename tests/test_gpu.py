@@ -1,0 +1,88 @@
+"""``python -m gmp.gpu`` against what the GPU machine holds and gives back: chapter code run as under a
+plain ``python`` without IPython (the packages the GPU image lacks blocked: ``tests/gpu_image``), and
+what comes back from ``OUT`` within the machine's limits."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gmp import gpu
+
+GPU_IMAGE = Path(__file__).resolve().parent / "gpu_image"
+"""A folder whose ``sitecustomize`` blocks the packages the GPU image lacks, in every process started with it
+on ``PYTHONPATH``."""
+
+
+def _notebook(path: Path, cells: list[str]) -> Path:
+    path.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": source} for source in cells],
+                                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def test_chapter_code_runs_where_ipython_is_absent(tmp_path, monkeypatch):
+    """pyplot, gmp's HTML notes and the ``display`` a notebook has run in a process that cannot import IPython;
+    IPython stays absent there (matplotlib asked a stand-in ``IPython`` for ``get_ipython``)."""
+    monkeypatch.setenv("PYTHONPATH", str(GPU_IMAGE))
+    notebook = _notebook(tmp_path / "chapter.ipynb", [
+        "import sys\n\nimport matplotlib.pyplot as plt\n\nimport gmp",
+        "plt.plot([0, 1], [1, 0])\nplt.show()",
+        "display(gmp.results.verdict_box('lu_gpn'))\ndisplay(gmp.results.cached('lu_gpn', 'gpn').note())",
+        "assert 'IPython' not in sys.modules\ntry:\n    import IPython\nexcept ImportError:\n    pass\nelse:\n"
+        "    raise AssertionError('IPython imported')"])
+    result = gpu.run_chapter(notebook, "smoke", "cpu", 120)
+    assert result["ok"], result["output_tail"]
+
+
+def test_what_the_command_leaves_under_out_is_within_the_return_limits(tmp_path):
+    out = tmp_path / "out"
+    (out / "a" / "_partial").mkdir(parents=True)
+    for name in ("gpu.json", "a/_partial/smoke-0.jsonl"):
+        (out / name).write_text("{}")
+    assert gpu.return_problems(out) == []
+    (out / "a" / "_partial" / "smoke-0").mkdir()
+    (out / "a" / "_partial" / "smoke-0" / "unit.pt").write_bytes(b"")
+    (out / "a b.json").write_bytes(b"x" * (gpu.RETURN_BYTES + 1))
+    for i in range(6):
+        (out / f"{i}.json").write_text("")
+    assert gpu.return_problems(out) == [
+        "10 files, more than 8", "a/_partial/smoke-0/unit.pt: 3 folders below OUT, more than 2",
+        "a b.json: 16,777,217 bytes, more than 16 MiB",
+        "a b.json: a name with characters other than letters, digits, '.', '_' and '-'"]
+
+
+def test_within_return_limits_removes_checkpoints_too_big_or_too_many(tmp_path):
+    out = tmp_path / "out"
+    (out / "a" / "_partial").mkdir(parents=True)
+    for i in range(6):
+        (out / f"{i}.json").write_text("")
+    for unit in ("u1", "u2", "u3"):
+        (out / "a" / "_partial" / f"smoke-0.{unit}.pt").write_bytes(b"")
+    (out / "a" / "_partial" / "smoke-0.big.pt").write_bytes(b"x" * (gpu.RETURN_BYTES + 1))
+    assert gpu._within_return_limits(out) == ["a/_partial/smoke-0.big.pt: over 16 MiB",
+                                               "a/_partial/smoke-0.u3.pt: more than 8 files"]
+    assert gpu.return_problems(out) == [] and len(list(out.glob("a/_partial/*.pt"))) == 2
+
+
+def test_merge_changes_nothing_when_a_returned_checkpoint_is_damaged(tmp_path, monkeypatch):
+    """Everything that came back is checked before the repository changes (issue 38): a damaged checkpoint
+    beside a good journal leaves the repository's journal as it was."""
+    import torch
+
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    digest = gpu.unit_config("sbsnn_author_figs", "smoke").digest
+    partial = tmp_path / "out" / "sbsnn_author_figs" / "_partial"
+    partial.mkdir(parents=True)
+    (partial / f"smoke-{digest}.jsonl").write_text(json.dumps({"key": "fig4seeds-sin-0", "value": 1}) + "\n")
+    torch.save({"epoch": 4}, partial / f"smoke-{digest}.fig4seeds-triangle-0.pt")
+    (partial / f"smoke-{digest}.fig6seeds-sin-nerf-0.pt").write_bytes(b"PK\x03\x04 cut short")
+    with pytest.raises(ValueError, match="fig6seeds-sin-nerf-0.pt is damaged.*Nothing was merged"):
+        gpu.merge(tmp_path / "out")
+    assert not (tmp_path / "repo").exists()
+    (partial / f"smoke-{digest}.fig6seeds-sin-nerf-0.pt").unlink()
+    assert gpu.merge(tmp_path / "out") == ["fig4seeds-sin-0"]
+    assert gpu._checkpoint_epoch(tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}"
+                                 / "fig4seeds-triangle-0.pt") == 4
