@@ -28,9 +28,9 @@ SETTINGS = scaled(
     small=dict(depth=200, width=500),
     paper=dict(depth=200, width=500),
 )
-"""What the chapter measures at each scale: the networks (two with BN, two without), the steps,
-and the depth and width, the paper's from the default build on (a few minutes of CPU); kept
-apart from the chapter's config, whose digest keys its journals."""
+"""The networks the chapter measures at each scale (two with BN, two without), the steps, and
+the depth and width: the paper's from the default build on (a few minutes of CPU). Kept apart
+from the chapter's config, whose digest keys its journals."""
 
 
 def _losses(training: Training, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
