@@ -345,7 +345,8 @@ class Store:
             self._codes_in_journal = set(journal_code(entries))
             record = self.staging / RUN_CODE / f"{os.getpid()}.json"
             if not record.exists():  # what this process runs, for the run's provenance (read_run_records)
-                atomic_write_json(record, {"code": run_code(chapter), "edited": code_edited(), "threads": _threads()})
+                atomic_write_json(record, {"code": run_code(chapter), "edited": code_edited(), "threads": _threads(),
+                                           "map": _cpu_map()})
 
     def save(self, name: str, payload: Mapping[str, Any],
              arrays: Mapping[str, np.ndarray] | None = None) -> Path | None:
@@ -463,7 +464,8 @@ class Store:
 
 RUN_CODE = ".code"
 """The folder of a run's staging folder where each process that opens a :class:`Store` records the code
-(:func:`code_fingerprint`, :func:`code_edited`) and threads it runs with (:func:`read_run_records`)."""
+(:func:`code_fingerprint`, :func:`code_edited`), threads and CPU map (:func:`_cpu_map`) it runs with
+(:func:`read_run_records`)."""
 RUN_USED = ".used"
 """The folder of a run's staging folder where each process lists the journal keys its :meth:`Store.memo` returned."""
 
@@ -474,6 +476,16 @@ def _threads() -> int | None:
 
     torch = sys.modules.get("torch")
     return torch.get_num_threads() if torch is not None else None
+
+
+def _cpu_map() -> dict[str, str] | None:
+    """What computes the hyperspherical map on the CPU in this process (``gmp._native.describe``: the
+    compiled map with its compiler and flags, or the torch map and why), None where gmp's layers are not
+    imported."""
+    import sys
+
+    native = sys.modules.get("gmp._native")
+    return native.describe() if native is not None else None
 
 
 def read_run_records(staging: Path) -> tuple[list[dict[str, Any]], set[str]]:

@@ -217,6 +217,11 @@ def test_resuming_units_of_other_code_is_announced_and_recorded(book, capsys):
     assert provenance["code_of"] == "the notebook"
     assert provenance["resumed_code"] == {"other_code_units": 1, "code_not_recorded_units": 1,
                                           "changed_modules": ["experiments/chen_levy.py"]}
+    # Which map computed the CPU's hyperspherical directions, with what compiler and flags (issue 38).
+    from gmp import _native
+
+    assert provenance["cpu_map"] == {"notebook": _native.describe(), "workers": None}
+    assert provenance["cpu_map"]["notebook"]["map"] == "compiled" and provenance["cpu_map"]["notebook"]["flags"]
     results.code_fingerprint.cache_clear()  # today's code is the files now, as the kernel read them (not at our start)
     described = results.cached("fake_chapter", "summary", "smoke").describe()
     assert "1 of them by code that differs from the run's in experiments/chen_levy.py" in described
