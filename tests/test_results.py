@@ -809,3 +809,36 @@ def test_journal_entries_record_threads_and_edits_and_refuse_wrong_types(chapter
     assert results.entry_problem({"key": "u", "value": 1, "threads": 0}) == "its 'threads' is 0, not an integer >= 1"
     assert results.entry_problem({"key": "u", "value": 1, "edited": "x"}) == "its 'edited' is not a list of strings"
     assert results.entry_problem({"key": "u", "value": 1, "threads": None}) is None  # torch not imported
+
+
+def test_paired_interval_takes_an_infinite_difference_as_a_result_and_refuses_nan():
+    # A perfect fit's PSNR is +inf: one such seed crashed the ledger through paired_interval's ValueError.
+    mean, low, high = results.paired_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and low < 2 < high and high - 2 == pytest.approx(2 - low)
+    assert results.paired_interval([float("inf"), 1.0, 2.0]) == (float("inf"), -float("inf"), float("inf"))
+    assert results.paired_interval([-float("inf"), 1.0]) == (-float("inf"), -float("inf"), float("inf"))
+    mixed = results.paired_interval([float("inf"), -float("inf"), 1.0])
+    assert np.isnan(mixed[0]) and mixed[1:] == (-float("inf"), float("inf"))
+    x = 1e12  # the limit it stands for: one difference growing without bound
+    _, low, high = results.paired_interval([x, 1.0, 2.0])
+    assert low < -1e10 and high > 1e11
+    for bad in ([], [float("nan"), 1.0]):
+        with pytest.raises(ValueError, match="needs one or more differences, none NaN"):
+            results.paired_interval(bad)
+
+
+def test_the_ledger_judges_a_thin_margin_rule_with_a_perfect_seed(chapter, tmp_path):
+    from gmp.experiments import sbsnn_author_figs
+
+    claim = {c.key: c for c in sbsnn_author_figs.CLAIMS}["sbsnn-fig6-rotated-author"]
+    rows = {a: {"best_train_psnr": 40.0} for a in sbsnn_author_figs.FIG7_ACTIVATIONS}
+    payload = {"figures": {"fig6": {f"{a}/{e}": rows[a] for a in rows for e in ("nerf", "rotated")}}, "seeds": {}}
+    for a in rows:
+        payload["seeds"][f"{a}/nerf"] = [{"seed": s, "best_train_psnr": 40.0} for s in range(5)]
+        payload["seeds"][f"{a}/rotated"] = [{"seed": s, "best_train_psnr": 43.0 + 0.1 * s} for s in range(5)]
+    payload["seeds"][f"{a}/rotated"][2]["best_train_psnr"] = float("inf")  # a perfect fit
+    chapter.CLAIMS = [claim]
+    folder = _publish(tmp_path, "paper", payload, config.load("fake_chapter", "paper").digest)
+    results.atomic_write_json(folder / f"{claim.result}.json", payload)
+    judged = ledger.judge("fake_chapter", claim)
+    assert judged.verdict == "partly" and "gpn_relu +inf dB (-inf to +inf)" in judged.measured  # undecided, not a crash
