@@ -713,6 +713,8 @@ def carry(chapter: str, scale: str, units: Mapping[str, Any], source: str, why: 
     (that run's recorded :func:`code_fingerprint`, None when it recorded none), so the cache's
     provenance counts them apart and says by which code they were computed (:func:`resumed_code`).
     Run ``python -m gmp.runs <chapter> --verify --unit <key>`` on some to recompute them with today's code.
+    A unit that would be journalled as an entry every read skips (:func:`entry_problem`: a key that is
+    not a string, ``source`` or ``why`` not strings, a ``code`` of another form) is refused, and nothing written.
     """
     if not source or not why:
         raise ValueError("carry needs the run the units come from (source) and why their settings are today's (why)")
@@ -729,7 +731,14 @@ def carry(chapter: str, scale: str, units: Mapping[str, Any], source: str, why: 
             entry["code"] = code["digest"]
             if not named:
                 entry["modules"], entry["hash"], named = code["modules"], code.get("hash", "source"), True
-        lines.append(json.dumps(entry))
+        try:
+            line = json.dumps(entry)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"carry: unit {key!r} cannot be journalled ({err}); nothing was written") from None
+        if problem := entry_problem(json.loads(line)):  # every later read would warn and skip it
+            raise ValueError(f"carry: unit {key!r} would be journalled as an entry that every read skips "
+                             f"({problem}); nothing was written")
+        lines.append(line)
     if lines:
         append_journal(path, lines)
     return path

@@ -147,6 +147,20 @@ def test_carried_units_are_resumed_and_counted_apart_from_the_runs_own(chapter, 
             "the changed key; 2 of them by code whose fingerprint that run did not record)") in text
 
 
+def test_carry_refuses_a_unit_that_every_later_read_would_skip(chapter, tmp_path):
+    # Before: carry wrote it, and every read after warned "skipped" and recomputed the unit.
+    code = {"digest": "old", "modules": {"gmp/train.py": "h"}, "hash": results.CODE_HASH}
+    path = results.journal_path("fake_chapter", "paper", config.load("fake_chapter", "paper").digest)
+    for units, source, code_of, problem in (({3: {"v": 1}}, "the old run", code, "not a journal entry"),
+                                            ({"a": {"v": 1}}, ["the old run"], code, "carried"),
+                                            ({"a": {"v": 1}}, "the old run", {**code, "digest": 7}, "'code' is a int"),
+                                            ({"a": {"v": 1}}, "the old run", {**code, "hash": "md5"}, "'hash' is 'md5'"),
+                                            ({"a": {1, 2}}, "the old run", code, "cannot be journalled")):
+        with pytest.raises(ValueError, match=f"carry: unit .*{problem}.*nothing was written"):
+            results.carry("fake_chapter", "paper", {"b": {"v": 0}, **units}, source, "only other units read it", code_of)
+        assert not path.exists()
+
+
 def test_memo_picks_up_units_of_another_worker_and_clears_their_scratch(chapter, tmp_path, monkeypatch):
     assert results.Store("fake_chapter", config.load("fake_chapter", "paper")).scratch("a") is None
     monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
