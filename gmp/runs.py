@@ -294,6 +294,7 @@ def _run_locked(chapter, scale, device, seed, root, kernel, jobs, notebook, cfg,
     failed = results_dir / "_partial" / f"failed-{scale}-{notebook.name}"
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
+        _remove_abandoned_staging(results_dir)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         started = time.time()
@@ -313,6 +314,29 @@ def _run_locked(chapter, scale, device, seed, root, kernel, jobs, notebook, cfg,
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _remove_abandoned_staging(results_dir: Path) -> None:
+    """Remove the staging folders ``.staging-<scale>-<pid>`` of ``results_dir`` whose runner is gone: a run
+    killed outright (SIGKILL, a power cut) cannot remove its own. Only on POSIX, where a process can be
+    asked whether it lives; a folder of a live process (a run under way) is left alone."""
+    if os.name != "posix":
+        return
+    for folder in results_dir.glob(".staging-*-*"):
+        pid = folder.name.rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (POSIX)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
 
 
 def _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, papermill) -> list[dict[str, Any]]:

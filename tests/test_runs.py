@@ -60,6 +60,26 @@ def test_a_successful_run_is_cached_with_provenance(book):
     assert not list(final.parent.glob(".staging-*"))
 
 
+def test_a_run_removes_the_staging_folders_of_killed_runs_but_not_of_live_ones(book):
+    # A run killed by SIGKILL cannot remove its .staging-<scale>-<pid>; before, nothing ever did.
+    import subprocess
+
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    results_dir = book / "book" / "_results" / "fake_chapter"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        for pid, scale in ((gone.pid, "paper"), (gone.pid, "smoke"), (live.pid, "paper")):
+            (results_dir / f".staging-{scale}-{pid}").mkdir(parents=True)
+            (results_dir / f".staging-{scale}-{pid}" / "summary.json").write_text("{}")
+        runs.run("fake_chapter", "smoke", device="cpu", root=book)
+        assert sorted(p.name for p in results_dir.glob(".staging-*")) == [f".staging-paper-{live.pid}"]
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_a_failed_run_leaves_the_previous_cache_untouched(book):
     _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
     final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
