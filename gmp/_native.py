@@ -461,6 +461,7 @@ def _build(compiler: list[str], flags: tuple[str, ...]) -> Path:
         if done.returncode > 0 and not any(cause in done.stderr for cause in TRANSIENT):
             (Path(scratch) / "failed").write_text(message)
             os.replace(Path(scratch) / "failed", failed)
+            message += f" (remembered in {failed} for {RETRY_AFTER_S} s; delete it to try again at once)"
         raise RuntimeError(message)
 
 

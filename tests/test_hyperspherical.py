@@ -590,7 +590,17 @@ def test_a_compiler_failure_of_the_moment_is_retried_and_a_remembered_one_says_h
     full.unlink()
     fresh_native._load.cache_clear()
     fresh_native._FAILURE.clear()
-    assert fresh_native.kernel(torch.zeros(2, 3)) is not None  # the disk has room again: built
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # built after two refused sets: no warning
+        assert fresh_native.kernel(torch.zeros(2, 3)) is not None  # the disk has room again: built
+    refused = fresh_native._kernel_dir() / "elsewhere"
+    monkeypatch.setenv("GMP_KERNELS", str(refused))
+    monkeypatch.setattr(fresh_native, "flag_sets", lambda: [fresh_native.FLAGS[0]])
+    fresh_native._load.cache_clear()
+    fresh_native._FAILURE.clear()
+    with pytest.warns(RuntimeWarning, match=r"remembered in .*elsewhere.*\.failed for 86400 s; delete it to try again at once"):
+        assert fresh_native.kernel(torch.zeros(2, 3)) is None
+    monkeypatch.setenv("GMP_KERNELS", str(refused.parent))
     remembered = list(fresh_native._kernel_dir().glob("*.failed"))  # the sets with -fopenmp, refused for good
     assert remembered and all("-fopenmp" in path.read_text() for path in remembered)
     try:
