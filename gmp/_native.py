@@ -498,12 +498,14 @@ def _self_check_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     scale = torch.rand(9, generator=g, dtype=torch.float64) * 4 - 2
     scale[6] = 0.0
     cases = [rows, rows[:, :3], rows[:, :7], rows[:, :16], torch.zeros(3, 0, dtype=torch.float64)]
-    checked = [(theta.contiguous(), scale[:len(theta)].clone()) for theta in cases]
-    if torch.get_num_threads() > 1:
-        checked.append((torch.rand(4, ANGLES_PER_THREAD // 2 + 1, generator=g, dtype=torch.float64) * 8 - 4,
-                        torch.rand(4, generator=g, dtype=torch.float64) + 0.5))
-    return [(theta, s, torch.randn(theta.shape[0], theta.shape[1] + 1, generator=g, dtype=torch.float64))
-            for theta, s in checked]
+    checked = [(theta.contiguous(), scale[:len(theta)].clone(),
+                torch.randn(theta.shape[0], theta.shape[1] + 1, generator=g, dtype=torch.float64)) for theta in cases]
+    if torch.get_num_threads() > 1:  # two threads' worth of angles, spread over (-4, 4) without drawing them
+        m, k = 4, ANGLES_PER_THREAD // 2 + 1
+        checked.append((torch.linspace(-4, 4, m * k, dtype=torch.float64).view(m, k),
+                        torch.tensor([0.5, 1.0, -1.5, 2.0], dtype=torch.float64),
+                        torch.cos(torch.arange(m * (k + 1), dtype=torch.float64)).view(m, k + 1)))
+    return checked
 
 
 def self_check(kernels: dict[torch.dtype, Kernel]) -> str | None:
