@@ -3,7 +3,9 @@
 The source below (C99 with the vector extensions of GCC and Clang; no library beyond libc and
 libm) is compiled on first use with the system's C compiler (``$CC``, else ``cc``) into
 ``$GMP_KERNELS`` (default ``~/.cache/gmp/kernels``), once per source, compiler, flags and
-processor, and loaded with ``ctypes``. Where no compiler works, :func:`kernel` returns None,
+processor, and loaded with ``ctypes``; before a process uses a library, :func:`self_check` compares
+its numbers with the torch map's, and a build that differs (flags that relax IEEE arithmetic) is not
+used (:func:`describe` says which map runs, for provenance). Where no compiler works, :func:`kernel` returns None,
 :func:`unavailable` says why (a ``RuntimeWarning`` says it once), and the map runs in torch
 instead, at several passes over the angles. ``GMP_NATIVE=0`` turns the compiled map off.
 
@@ -341,8 +343,9 @@ TRANSIENT = ("No space left on device", "Disk quota exceeded", "Read-only file s
 
 SELF_CHECK_TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
 """How far :func:`self_check` lets a library's outputs and gradients lie from the torch map's, relative
-to the largest of each: a hundred times (float32) and thousands of times (float64) what a sound build gives, a hundred-thousandth of what a build
-that relaxes IEEE arithmetic gives (``-ffast-math`` breaks the rounding to the nearest multiple of pi/2)."""
+to the largest of each: a hundred times (float32) and thousands of times (float64) what a sound build
+gives, a hundred-thousandth of what a build that relaxes IEEE arithmetic gives (``-ffast-math`` breaks
+the rounding to the nearest multiple of pi/2)."""
 
 ANGLES_PER_THREAD = 32768
 """The fewest angles worth a thread of their own, about 50 microseconds of work, well above what
@@ -509,8 +512,8 @@ def _self_check_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 def self_check(kernels: dict[torch.dtype, Kernel]) -> str | None:
-    """None when the outputs and gradients of ``kernels`` equal the torch map's (:func:`_reference`) on
-    :func:`_self_check_cases` within :data:`SELF_CHECK_TOLERANCE`, else where and by how much they differ.
+    """None when the outputs and gradients of ``kernels`` equal the torch map's (``_reference``, torch's ``cumprod`` and autograd in float64) on
+    ``_self_check_cases()`` within :data:`SELF_CHECK_TOLERANCE`, else where and by how much they differ.
     A compiler or flags that relax IEEE arithmetic (``-ffast-math``, a fast default floating-point model)
     break the kernel's rounding and would otherwise give wrong numbers with no sign."""
     for theta, scale, grad in _self_check_cases():
@@ -659,7 +662,9 @@ def describe() -> dict[str, str]:
     that command and flags, and found equal to the torch map by :func:`self_check`), or
     ``{"map": "torch", "why": ...}`` (:func:`unavailable`)."""
     why = unavailable()
-    return {"map": "torch", "why": why} if why else {"map": "compiled", **_BUILT, "version": _version(_BUILT["compiler"])}
+    if why:
+        return {"map": "torch", "why": why}
+    return {"map": "compiled", **_BUILT, "version": _version(_BUILT["compiler"])}
 
 
 @functools.cache

@@ -464,7 +464,7 @@ class Store:
 
 RUN_CODE = ".code"
 """The folder of a run's staging folder where each process that opens a :class:`Store` records the code
-(:func:`code_fingerprint`, :func:`code_edited`), threads and CPU map (:func:`_cpu_map`) it runs with
+(:func:`code_fingerprint`, :func:`code_edited`), threads and CPU map (``gmp._native.describe``) it runs with
 (:func:`read_run_records`)."""
 RUN_USED = ".used"
 """The folder of a run's staging folder where each process lists the journal keys its :meth:`Store.memo` returned."""
