@@ -935,13 +935,30 @@ class SameFunction(NamedTuple):
 
 SAME_FUNCTION: tuple[SameFunction, ...] = (
     SameFunction("hyperspherical.py", "794e227df15aed32",
-                 {"hyperspherical.py": "c7820106dc0fc1d5", "_native.py": "acd51115d8b03413"},
+                 {"hyperspherical.py": "c7820106dc0fc1d5", "_native.py": "913187437e43b70d"},
                  "on the CPU, its map from angles to directions now runs as one compiled pass per direction "
                  "(gmp/_native.py, issue #30) instead of several torch passes; in float64, as these runs used, "
                  "the two maps' outputs and gradients equal each other, and autograd through cumprod, to "
                  "float64 rounding in every orthant and at degenerate angles (tests in tests/test_hyperspherical.py). "
                  "A rerun computes the same function; its numbers would differ from these only as far as rounding "
                  "differences, accumulated over training, move them (as between two machines)"),
+    SameFunction("_native.py", "acd51115d8b03413", {"_native.py": "913187437e43b70d"},
+                 "issue #38 added checks around the compiled map, not changes to it: its C source and flag sets "
+                 "are unchanged, so the same library is built; a library is now used only after its numbers "
+                 "match the torch map's (a self-check that a sound build, as these runs used, passes), is written "
+                 "and loaded more carefully, and records which map ran (tests in tests/test_hyperspherical.py)"),
+    SameFunction("minibatch.py", "30f0830c8e8e669f", {"minibatch.py": "3a5f440243df8f0b"},
+                 "issue #38 added refusals of arguments a fit could not use (mse_to_unit, the inputs' dtype) and of "
+                 "checkpoints whose epoch disagrees with what they hold; a fit they accept runs the same code on the "
+                 "same numbers (tests in tests/test_minibatch.py)"),
+    SameFunction("runs.py", "3fb31d6d7da6b6c0", {"runs.py": "5e76fe91637be17c"},
+                 "issue #38: the runner removes the staging folders of runs killed outright and records which "
+                 "hyperspherical map ran in the provenance; what it runs (notebook, parameters, seed, threads) is "
+                 "unchanged (tests in tests/test_runs.py)"),
+    SameFunction("data/_fetch.py", "25b35928a01c645a", {"data/_fetch.py": "986bef0a379cf8ea"},
+                 "issue #38: a read-only GMP_DATA with a file missing now raises DataUnavailableError naming the "
+                 "file; a file it returns is the same file, checked against the same digest (tests in "
+                 "tests/test_fetch.py)"),
 )
 """Modules rewritten (for speed, say) since cached runs without changing the function they compute.
 A cached run that recorded a module as ``before`` counts as run by today's code in it while that
