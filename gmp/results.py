@@ -951,6 +951,9 @@ SAME_FUNCTION: tuple[SameFunction, ...] = (
                  "issue #38 added refusals of arguments a fit could not use (mse_to_unit, the inputs' dtype) and of "
                  "checkpoints whose epoch disagrees with what they hold; a fit they accept runs the same code on the "
                  "same numbers (tests in tests/test_minibatch.py)"),
+    SameFunction("implicit.py", "e92ab3f86cbf20c6", {"implicit.py": "0e364c4ef0d02959"},
+                 "issue #38 added a refusal of checkpoints whose step disagrees with what they hold; a fit that "
+                 "resumes runs the same code on the same numbers (tests in tests/test_implicit.py)"),
     SameFunction("runs.py", "3fb31d6d7da6b6c0", {"runs.py": "5e76fe91637be17c"},
                  "issue #38: the runner removes the staging folders of runs killed outright and records which "
                  "hyperspherical map ran in the provenance; what it runs (notebook, parameters, seed, threads) is "
