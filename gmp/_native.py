@@ -515,7 +515,14 @@ def self_check(kernels: dict[torch.dtype, Kernel]) -> str | None:
     """None when the outputs and gradients of ``kernels`` equal the torch map's (``_reference``, torch's ``cumprod`` and autograd in float64) on
     ``_self_check_cases()`` within :data:`SELF_CHECK_TOLERANCE`, else where and by how much they differ.
     A compiler or flags that relax IEEE arithmetic (``-ffast-math``, a fast default floating-point model)
-    break the kernel's rounding and would otherwise give wrong numbers with no sign."""
+    break the kernel's rounding and would otherwise give wrong numbers with no sign. Gradients are
+    computed even where the first use of the map is under ``torch.no_grad`` or ``torch.inference_mode``."""
+    with torch.inference_mode(False), torch.enable_grad():
+        return _differs(kernels)
+
+
+def _differs(kernels: dict[torch.dtype, Kernel]) -> str | None:
+    """:func:`self_check` where torch records gradients."""
     for theta, scale, grad in _self_check_cases():
         reference = _reference(theta, scale, grad)
         for dtype, kernel in kernels.items():

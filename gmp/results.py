@@ -935,14 +935,14 @@ class SameFunction(NamedTuple):
 
 SAME_FUNCTION: tuple[SameFunction, ...] = (
     SameFunction("hyperspherical.py", "794e227df15aed32",
-                 {"hyperspherical.py": "c7820106dc0fc1d5", "_native.py": "913187437e43b70d"},
+                 {"hyperspherical.py": "c7820106dc0fc1d5", "_native.py": "df850d1e2de7fc5f"},
                  "on the CPU, its map from angles to directions now runs as one compiled pass per direction "
                  "(gmp/_native.py, issue #30) instead of several torch passes; in float64, as these runs used, "
                  "the two maps' outputs and gradients equal each other, and autograd through cumprod, to "
                  "float64 rounding in every orthant and at degenerate angles (tests in tests/test_hyperspherical.py). "
                  "A rerun computes the same function; its numbers would differ from these only as far as rounding "
                  "differences, accumulated over training, move them (as between two machines)"),
-    SameFunction("_native.py", "acd51115d8b03413", {"_native.py": "913187437e43b70d"},
+    SameFunction("_native.py", "acd51115d8b03413", {"_native.py": "df850d1e2de7fc5f"},
                  "issue #38 added checks around the compiled map, not changes to it: its C source and flag sets "
                  "are unchanged, so the same library is built; a library is now used only after its numbers "
                  "match the torch map's (a self-check that a sound build, as these runs used, passes), is written "

@@ -552,6 +552,13 @@ def test_the_self_check_takes_every_branch_passes_a_sound_build_and_names_what_d
     assert wrong.startswith("its float32 outputs differ from the torch map's by up to 0.001")
 
 
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_the_self_check_runs_where_the_map_is_first_used_without_gradients(context, fresh_native):
+    with warnings.catch_warnings(), context():
+        warnings.simplefilter("error")
+        assert fresh_native.kernel(torch.zeros(2, 3)) is not None and fresh_native.unavailable() is None
+
+
 def _kernel_in_a_new_process(kernels, **env) -> subprocess.CompletedProcess:
     code = ("import warnings, torch; from gmp import _native; warnings.simplefilter('error'); "
             "assert _native.kernel(torch.zeros(2, 3)) is not None, _native.unavailable(); print('loaded')")
