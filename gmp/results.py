@@ -1333,21 +1333,12 @@ def paired_interval(differences: Sequence[float], level: float = CONFIDENCE) -> 
     """``(mean, low, high)``: the mean of paired differences (one per seed) and its two-sided
     Student-t confidence interval at ``level``; with a single difference the interval is
     unbounded. A comparative rule calls a difference "beyond noise" when the interval excludes 0.
-
-    An infinite difference is a result (a perfect fit's PSNR is +inf): the mean is that infinity
-    (NaN when both signs occur) and the interval is unbounded, the limit of the interval as one
-    difference grows without bound (its half-width grows faster than the mean), so no rule reads
-    it as beyond noise. A NaN difference (no result) raises ValueError.
     """
     from scipy import stats
 
     values = np.asarray(differences, dtype=np.float64)
-    if values.size == 0 or np.isnan(values).any():
-        raise ValueError(f"paired_interval needs one or more differences, none NaN, got {values.tolist()}")
-    infinite = values[np.isinf(values)]
-    if infinite.size:
-        signs = set(np.sign(infinite).tolist())
-        return (float(infinite[0]) if len(signs) == 1 else math.nan), -math.inf, math.inf
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise ValueError(f"paired_interval needs one or more finite differences, got {values.tolist()}")
     mean = float(values.mean())
     if values.size == 1:
         return mean, -math.inf, math.inf
