@@ -3,7 +3,9 @@
 The source below (C99 with the vector extensions of GCC and Clang; no library beyond libc and
 libm) is compiled on first use with the system's C compiler (``$CC``, else ``cc``) into
 ``$GMP_KERNELS`` (default ``~/.cache/gmp/kernels``), once per source, compiler, flags and
-processor, and loaded with ``ctypes``. Where no compiler works, :func:`kernel` returns None,
+processor, and loaded with ``ctypes``; before a process uses a library, :func:`self_check` compares
+its numbers with the torch map's, and a build that differs (flags that relax IEEE arithmetic) is not
+used (:func:`describe` says which map runs, for provenance). Where no compiler works, :func:`kernel` returns None,
 :func:`unavailable` says why (a ``RuntimeWarning`` says it once), and the map runs in torch
 instead, at several passes over the angles. ``GMP_NATIVE=0`` turns the compiled map off.
 
@@ -33,6 +35,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -325,15 +328,31 @@ rows among torch's threads, only where torch runs on GNU OpenMP loaded as ``libg
 the kernel's own reference to that name then finds it loaded, so the two share one pool of
 threads and do not compete for the cores (two OpenMP runtimes in one process may abort it).
 The last set is for compilers that know none of these options. None relaxes IEEE arithmetic,
-beyond fusing a multiplication and an addition into one rounding where the processor can; a
-set that fails to compile is remembered (a ``.failed`` file beside the builds; delete the
-folder to try again)."""
+beyond fusing a multiplication and an addition into one rounding where the processor can; what
+``$CC`` adds (``-ffast-math``, say) or a compiler's own default may, which :func:`self_check` finds.
+A set that fails to compile is remembered for :data:`RETRY_AFTER_S` (a ``.failed`` file beside the
+builds; delete it to try again at once), unless it failed for want of room, time or permission,
+which the next process retries."""
+
+RETRY_AFTER_S = 86400
+"""How long a compiler's refusal of a set of flags is remembered before it is tried again."""
+
+TRANSIENT = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied",
+             "Cannot allocate memory", "Too many open files")
+"""Messages of a compilation that failed for a cause of the moment (a full disk, say), not remembered."""
+
+SELF_CHECK_TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
+"""How far :func:`self_check` lets a library's outputs and gradients lie from the torch map's, relative
+to the largest of each: a hundred times (float32) and thousands of times (float64) what a sound build
+gives, a hundred-thousandth of what a build that relaxes IEEE arithmetic gives (``-ffast-math`` breaks
+the rounding to the nearest multiple of pi/2)."""
 
 ANGLES_PER_THREAD = 32768
 """The fewest angles worth a thread of their own, about 50 microseconds of work, well above what
 starting and joining a thread costs; so small layers run in one thread."""
 
 _FAILURE: list[str] = []
+_BUILT: dict[str, str] = {}
 _LOCK = threading.Lock()
 
 
@@ -368,17 +387,65 @@ def flag_sets() -> list[tuple[str, ...]]:
             and ("-fopenmp" not in flags or _torch_openmp())]
 
 
+def _whole(path: Path) -> str | None:
+    """None when the ELF file ``path`` holds every byte its headers place (its segments and its table of
+    sections), else what is missing: a file cut short (a build killed or a disk filled while it was
+    written, by a gmp that wrote no more carefully) would otherwise kill the process that maps it
+    (SIGBUS). A file in another format (not ELF) is taken as whole."""
+    import struct
+
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF":
+        return None
+    if len(data) < 64 or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return f"{len(data)} bytes, less than an ELF header"
+    wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    header = (order + "16x2HI3QI6H") if wide else (order + "16x2HI3II6H")
+    _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = struct.unpack_from(header, data)
+    ends = [("its table of sections", shoff + shentsize * shnum), ("its table of segments", phoff + phentsize * phnum)]
+    segment = (order + "I4xQ16xQ") if wide else (order + "II8xI")  # p_type, p_offset, p_filesz
+    for i in range(phnum):
+        at = phoff + i * phentsize
+        if at + phentsize > len(data):
+            break
+        kind, offset, size = struct.unpack_from(segment, data, at)
+        if kind == 1:  # PT_LOAD
+            ends.append((f"segment {i}", offset + size))
+    short = [f"{what} ends at byte {end}" for what, end in ends if end > len(data)]
+    return f"{len(data)} bytes, but " + ", ".join(short) if short else None
+
+
+def _sync(path: Path) -> None:
+    """Flush the file or folder ``path`` to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _build(compiler: list[str], flags: tuple[str, ...]) -> Path:
     """The shared library for this source, compiler and flags (and processor, for ``-march=native``),
-    compiled unless already built; RuntimeError with the compiler's message when it fails, now or before."""
+    compiled unless already built; RuntimeError with the compiler's message when it fails, now or
+    within :data:`RETRY_AFTER_S` before (:data:`TRANSIENT` failures are not remembered).
+
+    The library is written in a scratch folder, flushed to the disk and checked whole (:func:`_whole`)
+    before it is renamed into place, so that no process finds a part of one; one found cut short (left
+    by an older gmp) is removed and built again."""
     processor = (_processor() or "") if "-march=native" in flags else ""
     described = "\n".join([SOURCE, *compiler, *flags, processor])
     library = _kernel_dir() / f"hyperspherical-{hashlib.sha256(described.encode()).hexdigest()[:16]}.so"
     failed = library.with_suffix(".failed")
     if library.is_file():
-        return library
+        if _whole(library) is None:
+            return library
+        library.unlink(missing_ok=True)
     if failed.is_file():
-        raise RuntimeError(failed.read_text())
+        age = time.time() - failed.stat().st_mtime
+        if 0 <= age < RETRY_AFTER_S:
+            raise RuntimeError(f"{failed.read_text()} (remembered in {failed}; tried again "
+                               f"{RETRY_AFTER_S - age:.0f} s from now, or at once when that file is deleted)")
+        failed.unlink(missing_ok=True)
     library.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         source = Path(scratch) / "hyperspherical.c"
@@ -387,12 +454,88 @@ def _build(compiler: list[str], flags: tuple[str, ...]) -> Path:
         done = subprocess.run([*compiler, *flags, "-shared", "-fPIC", "-o", str(built), str(source), "-lm"],
                               capture_output=True, text=True, timeout=120)
         if done.returncode == 0:
+            _sync(built)
+            if (torn := _whole(built)) is not None:
+                raise RuntimeError(f"{' '.join(compiler + list(flags))} wrote an incomplete library ({torn})")
             os.replace(built, library)  # atomic: a process beside us loads a whole library or none
+            _sync(library.parent)
             return library
         message = f"{' '.join(compiler + list(flags))}: {done.stderr.strip()[-400:]}"
-        (Path(scratch) / "failed").write_text(message)
-        os.replace(Path(scratch) / "failed", failed)
+        if done.returncode > 0 and not any(cause in done.stderr for cause in TRANSIENT):
+            (Path(scratch) / "failed").write_text(message)
+            os.replace(Path(scratch) / "failed", failed)
+            message += f" (remembered in {failed} for {RETRY_AFTER_S} s; delete it to try again at once)"
         raise RuntimeError(message)
+
+
+def _reference(theta: torch.Tensor, scale: torch.Tensor,
+               grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``scale[:, None] * u(theta)`` and its gradients for ``grad``, in float64 by torch's own ``cumprod``
+    and autograd: what :func:`self_check` holds a library's numbers to."""
+    theta = theta.to(torch.float64, copy=True).requires_grad_(True)
+    scale = scale.to(torch.float64, copy=True).requires_grad_(True)
+    ones = torch.ones(theta.shape[0], 1, dtype=torch.float64)
+    prefix = torch.cumprod(torch.cat([ones, torch.sin(theta)], dim=1), dim=1) * scale[:, None]
+    weight = prefix * torch.cat([torch.cos(theta), ones], dim=1)
+    weight.backward(grad.double())
+    return weight.detach(), theta.grad, scale.grad
+
+
+def _self_check_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """``(theta, scale, grad)`` in float64 that take every branch of the kernel: special angles
+    (multiples of pi/4, signed zeros), angles beyond the range of its own sines in either type (the C
+    library's then), rows shorter than a vector, of whole vectors and with a rest, degenerate rows (zero
+    sines, a zero scale, products that underflow), no angles at all, and enough angles for threads."""
+    g = torch.Generator().manual_seed(38)
+    pi = torch.pi
+    special = torch.tensor([0.0, -0.0, pi / 4, pi / 2, -pi / 2, 3 * pi / 4, pi, -pi, 3 * pi / 2, 2 * pi,
+                            5 * pi / 2, -3 * pi, 1.0, -1.0, 0.5, 2.0], dtype=torch.float64)
+    large = torch.tensor([8191.0, -8191.5, 8193.0, -9000.25, 1e5, -3e5, 1048575.0, 1048577.0, -2e6, 1e9,
+                          12345.678, -54321.5], dtype=torch.float64)
+    rows = torch.rand(9, 37, generator=g, dtype=torch.float64) * 20 - 10
+    rows[0, :16], rows[1, :12], rows[1, 12:24] = special, large, -large
+    rows[2, 5] = rows[2, 30] = 0.0  # zero sines mid-row
+    rows[3, :] = 0.0
+    rows[4, 36] = pi
+    rows[5, :] = 1e-30  # products that underflow in float32, then in float64
+    scale = torch.rand(9, generator=g, dtype=torch.float64) * 4 - 2
+    scale[6] = 0.0
+    cases = [rows, rows[:, :3], rows[:, :7], rows[:, :16], torch.zeros(3, 0, dtype=torch.float64)]
+    checked = [(theta.contiguous(), scale[:len(theta)].clone(),
+                torch.randn(theta.shape[0], theta.shape[1] + 1, generator=g, dtype=torch.float64)) for theta in cases]
+    if torch.get_num_threads() > 1:  # two threads' worth of angles, spread over (-4, 4) without drawing them
+        m, k = 4, ANGLES_PER_THREAD // 2 + 1
+        checked.append((torch.linspace(-4, 4, m * k, dtype=torch.float64).view(m, k),
+                        torch.tensor([0.5, 1.0, -1.5, 2.0], dtype=torch.float64),
+                        torch.cos(torch.arange(m * (k + 1), dtype=torch.float64)).view(m, k + 1)))
+    return checked
+
+
+def self_check(kernels: dict[torch.dtype, Kernel]) -> str | None:
+    """None when the outputs and gradients of ``kernels`` equal the torch map's (``_reference``, torch's ``cumprod`` and autograd in float64) on
+    ``_self_check_cases()`` within :data:`SELF_CHECK_TOLERANCE`, else where and by how much they differ.
+    A compiler or flags that relax IEEE arithmetic (``-ffast-math``, a fast default floating-point model)
+    break the kernel's rounding and would otherwise give wrong numbers with no sign. Gradients are
+    computed even where the first use of the map is under ``torch.no_grad`` or ``torch.inference_mode``."""
+    with torch.inference_mode(False), torch.enable_grad():
+        return _differs(kernels)
+
+
+def _differs(kernels: dict[torch.dtype, Kernel]) -> str | None:
+    """:func:`self_check` where torch records gradients."""
+    for theta, scale, grad in _self_check_cases():
+        reference = _reference(theta, scale, grad)
+        for dtype, kernel in kernels.items():
+            t, s, g = (x.to(dtype) for x in (theta, scale, grad))
+            expected = _reference(t, s, g) if dtype != torch.float64 else reference
+            got = (kernel.forward(t, s), *kernel.backward(t, s, g))
+            for what, mine, theirs in zip(("outputs", "angle gradients", "scale gradients"), got, expected):
+                size = theirs.abs().max().item() if theirs.numel() else 0.0
+                off = (mine.double() - theirs).abs().max().item() if theirs.numel() else 0.0
+                if not off <= SELF_CHECK_TOLERANCE[dtype] * max(size, 1e-300):
+                    return (f"its {str(dtype).removeprefix('torch.')} {what} differ from the torch map's by up to "
+                            f"{off:.3g} (largest {size:.3g}) on {tuple(theta.shape)} angles")
+    return None
 
 
 def _library() -> ctypes.CDLL | None:
@@ -400,17 +543,31 @@ def _library() -> ctypes.CDLL | None:
     if os.environ.get("GMP_NATIVE", "1") == "0":
         _FAILURE.append("turned off by GMP_NATIVE=0")
         return None
-    compiler = shlex.split(os.environ.get("CC") or "cc")
-    if not compiler or shutil.which(compiler[0]) is None:
-        _FAILURE.append(f"no C compiler {os.environ.get('CC') or 'cc'!r} on PATH (set CC to one)")
+    try:
+        compiler = shlex.split(os.environ.get("CC") or "cc")
+    except ValueError as err:
+        _FAILURE.append(f"CC={os.environ['CC']!r} cannot be split into a compiler and its arguments ({err}); "
+                        f"correct its quotes or unset CC")
     else:
-        errors = []
-        for flags in flag_sets():
-            try:
-                return ctypes.CDLL(str(_build(compiler, flags)))
-            except (OSError, RuntimeError, subprocess.SubprocessError) as err:
-                errors.append(str(err))
-        _FAILURE.append("compiling or loading it failed: " + "; ".join(errors))
+        if not compiler or shutil.which(compiler[0]) is None:
+            _FAILURE.append(f"no C compiler {os.environ.get('CC') or 'cc'!r} on PATH (set CC to one)")
+        else:
+            errors, wrong_numbers = [], False
+            for flags in flag_sets():
+                try:
+                    library = ctypes.CDLL(str(_build(compiler, flags)))
+                    wrong = self_check({dtype: Kernel(library, dtype) for dtype in (torch.float32, torch.float64)})
+                except (OSError, RuntimeError, subprocess.SubprocessError) as err:
+                    errors.append(str(err))
+                    continue
+                if wrong is None:
+                    _BUILT.update(compiler=shlex.join(compiler), flags=" ".join(flags))
+                    return library
+                errors.append(f"{' '.join(compiler + list(flags))} compiled it, but {wrong}")
+                wrong_numbers = True
+            _FAILURE.append("compiling or loading it failed: " + "; ".join(errors) + (
+                "; a compiler or flags (in CC) that relax IEEE arithmetic, such as -ffast-math, do this: "
+                "remove them from CC" if wrong_numbers else ""))
     warnings.warn(f"gmp: the compiled hyperspherical map is unavailable ({_FAILURE[0]}); GmP layers use the "
                   "torch map on the CPU instead, about 2.5 times slower. GMP_NATIVE=0 silences this.",
                   RuntimeWarning)
@@ -504,3 +661,24 @@ def unavailable() -> str | None:
 def threaded() -> bool:
     """Whether the compiled map splits its rows among threads (it was built with OpenMP)."""
     return _loaded()[1]
+
+
+def describe() -> dict[str, str]:
+    """What computes the hyperspherical map on the CPU in this process, as a run's provenance records
+    it: ``{"map": "compiled", "compiler": ..., "version": ..., "flags": ...}`` (a library built with
+    that command and flags, and found equal to the torch map by :func:`self_check`), or
+    ``{"map": "torch", "why": ...}`` (:func:`unavailable`)."""
+    why = unavailable()
+    if why:
+        return {"map": "torch", "why": why}
+    return {"map": "compiled", **_BUILT, "version": _version(_BUILT["compiler"])}
+
+
+@functools.cache
+def _version(compiler: str) -> str:
+    """The first line the compiler ``compiler`` prints for ``--version`` (empty when it prints none)."""
+    try:
+        done = subprocess.run([*shlex.split(compiler), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return next(iter(done.stdout.splitlines()), "")

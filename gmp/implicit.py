@@ -210,6 +210,7 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
         snapshots = {step: image.cpu().numpy() for step, image in state["snapshots"].items()}
         diverged_at = state["diverged_at"]
         start, stopped, spent = state["step"], state["stopped"], state["seconds"]
+        restore_state(checkpoint, "step", lambda: _check_step(state, mse, steps))
 
     def save(step: int) -> None:
         state = {"settings": settings, "step": step, "stopped": stopped, "seconds": spent + time.perf_counter() - began,
@@ -260,6 +261,24 @@ def fit_image(model: nn.Module, coords: Tensor, pixels: Tensor, *, steps: int, l
     seconds = spent + (time.perf_counter() - began if not finished else 0.0)
     end = stopped + 1 if stopped is not None else steps
     return FitResult(mse[:end], psnrs[:end], lrs[:end], snapshots, diverged_at, seconds)
+
+
+def _check_step(state: Mapping[str, Any], mse: np.ndarray, steps: int) -> None:
+    """ValueError unless a :func:`fit_image` checkpoint's ``step`` agrees with what it holds: one of 1 to
+    ``steps`` and, for a fit not yet finished (neither diverged nor stopped nor at ``steps``), exactly
+    ``step`` measured MSEs, the first ``step``, and as many optimiser steps; a changed step would
+    otherwise resume with curves padded with NaN or shifted."""
+    step = state["step"]
+    if not (isinstance(step, int) and not isinstance(step, bool) and 0 < step <= steps):
+        raise ValueError(f"its step {step!r} is not one of 1 to {steps}")
+    if state["diverged_at"] is not None or state["stopped"] is not None or step == steps:
+        return
+    if not (np.isfinite(mse[:step]).all() and np.isnan(mse[step:]).all()):
+        raise ValueError(f"its step {step} disagrees with its curves, which hold {int(np.isfinite(mse).sum())} "
+                         f"measured steps")
+    taken = {float(s["step"]) for s in state["optimizer"]["state"].values() if "step" in s}
+    if taken and taken != {float(step)}:
+        raise ValueError(f"its step {step} disagrees with its optimiser's {sorted(taken)} steps")
 
 
 def fit_spec(spec: Mapping[str, Any], coords: Tensor, pixels: Tensor, *, seed: int,

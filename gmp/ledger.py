@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -118,14 +119,30 @@ def _evaluate(claim: Claim, payload: Mapping[str, Any], where: str,
               earlier: bool = False) -> tuple[str, str, tuple[str, str] | None]:
     """``(measured, verdict, earlier)`` of ``claim`` on ``payload``, with ``(measured, verdict)`` of the rule
     in force at the run when ``earlier``; :data:`CORRUPT` where the rule cannot read the payload (``where``
-    names it)."""
+    names it); :data:`gmp.results.INCONCLUSIVE`, saying why, where a finding's rule refuses (ValueError) a
+    payload holding an infinite number, such as a perfect fit's PSNR: a result, not damage."""
     try:
         measured, verdict = claim.evaluate(payload)
         old = claim.evaluate(payload, claim.earlier.check) if earlier else None
     except MALFORMED as err:
         return (f"{where} malformed: the rule cannot read it ({type(err).__name__}: {err}); rerun the chapter "
                 "or restore the cache from git"), CORRUPT, None
+    except ValueError as err:  # a finding's statistics refusing an infinity, which is a result, not damage
+        if claim.kind != _results.FINDING or not _infinite(payload):
+            raise
+        subject, verb = where.rsplit(" ", 1)
+        return (f"{subject} {'holds' if verb == 'is' else 'hold'} an infinite number (a perfect fit's PSNR, say), a "
+                f"result this rule's statistics cannot take ({type(err).__name__}: {err})"), _results.INCONCLUSIVE, None
     return measured, verdict, old
+
+
+def _infinite(value: Any) -> bool:
+    """Whether ``value`` (a payload: JSON's dicts, lists and numbers) holds +inf or -inf."""
+    if isinstance(value, float):
+        return math.isinf(value)
+    if isinstance(value, Mapping):
+        return any(_infinite(v) for v in value.values())
+    return isinstance(value, (list, tuple)) and any(_infinite(v) for v in value)
 
 
 def judge(chapter: str, claim: Claim) -> Judgement:

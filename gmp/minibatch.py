@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
+import numbers
 import os
 import time
 import warnings
@@ -335,6 +336,27 @@ class _Adam:
             self.update(self.params, list(grads), self.m, self.v, scales, root_c2, self.betas, self.eps)
 
 
+def _check_epoch(epoch: Any, curves: Mapping[str, np.ndarray], diverged: Sequence[int | None], t: int,
+                 updates: int, shape: tuple[int, int]) -> None:
+    """ValueError unless a :func:`fit_stack` checkpoint's ``epoch`` agrees with what it holds: curves of
+    ``shape`` (networks, epochs) with exactly ``epoch`` entries per live network (one less than the
+    epoch it diverged at for a diverged one), and ``t == epoch * updates`` Adam updates; a changed
+    epoch would otherwise resume with curves padded with NaN or shifted."""
+    if not (isinstance(epoch, int) and not isinstance(epoch, bool) and 0 < epoch <= shape[1]):
+        raise ValueError(f"its epoch {epoch!r} is not one of 1 to {shape[1]}")
+    for name, curve in curves.items():
+        if curve.shape != shape:
+            raise ValueError(f"its {name} curves have shape {curve.shape}, not (networks, epochs) = {shape}")
+    if t != epoch * updates:
+        raise ValueError(f"its epoch {epoch} disagrees with its {t} Adam updates ({updates} per epoch)")
+    measured = np.isfinite(curves["seconds"]).sum(axis=1)
+    for k, (held, at) in enumerate(zip(measured, diverged)):
+        expected = epoch if at is None else at - 1
+        if held != expected or (at is not None and not (isinstance(at, int) and 0 < at <= epoch)):
+            raise ValueError(f"its epoch {epoch} disagrees with its curves: network {k} has {held} epochs "
+                             f"measured, not {expected}" + ("" if at is None else f" (diverged at epoch {at!r})"))
+
+
 def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor, targets: Tensor, *,
               epochs: int, lr: float | Sequence[float], batch_size: int = KERAS_BATCH_SIZE,
               plateau: Mapping[str, Any] | None = None, adam: str = "keras", heldout: Tensor | None = None,
@@ -346,7 +368,9 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
     """Train one network per seed for ``epochs`` epochs of shuffled mini-batches; their curves.
 
     ``inputs`` is ``(pixels, features)`` shared by all networks or ``(count, pixels,
-    features)`` one per network (different encoders); ``targets`` is ``(pixels, 1)``.
+    features)`` one per network (different encoders); ``targets`` is ``(pixels, 1)``; both of
+    torch's default dtype, the networks' weights'. ``mse_to_unit`` (a finite number > 0) converts
+    MSEs to the ``[0, 1]`` pixel scale of the PSNRs (:class:`EpochCurves`).
     ``heldout`` (indices from :func:`heldout_pixels`) are never trained on and are evaluated
     after every epoch. Each epoch draws a new permutation of the training pixels per network
     and makes ``ceil(training pixels / batch_size)`` Adam updates (a last, smaller batch
@@ -373,6 +397,17 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
                                        "checkpoint_every": checkpoint_every},
                                in_features=spec_layers[0].fan_in if spec_layers else None)
     lrs0 = lrs0 * count if len(lrs0) == 1 else lrs0
+    if not isinstance(mse_to_unit, numbers.Real) or isinstance(mse_to_unit, bool):
+        raise TypeError(f"mse_to_unit must be a number, got {mse_to_unit!r} ({type(mse_to_unit).__name__})")
+    if not (math.isfinite(mse_to_unit) and mse_to_unit > 0):
+        raise ValueError(f"mse_to_unit must be a finite number > 0 (1 for targets in [0, 1], 1/4 for [-1, 1]), "
+                         f"got {mse_to_unit!r}: it scales every MSE into the PSNR, which 0 would make infinite "
+                         f"and NaN or a negative number undefined")
+    dtype = torch.get_default_dtype()  # the networks' weights (StackedNetworks)
+    for name, tensor in (("inputs", inputs), ("targets", targets)):
+        if tensor.dtype != dtype:
+            raise TypeError(f"{name} must be {dtype}, as the networks' weights are, got {tensor.dtype}; convert it, "
+                            f"e.g. {name}.to({dtype})")
     if inputs.dim() == 2:
         inputs = inputs.unsqueeze(0).expand(count, -1, -1)
     pixels = targets.shape[0]
@@ -426,6 +461,7 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
             curves = {k: state["curves"][k].numpy() for k in curves}
             lrs, diverged = [float(v) for v in state["lrs"]], list(state["diverged"])
             start, spent = int(state["epoch"]), float(state["seconds"])
+            _check_epoch(state["epoch"], curves, diverged, optimizer.t, updates, (count, epochs))
 
         restore_state(checkpoint, "training state", resume)
 

@@ -345,7 +345,8 @@ class Store:
             self._codes_in_journal = set(journal_code(entries))
             record = self.staging / RUN_CODE / f"{os.getpid()}.json"
             if not record.exists():  # what this process runs, for the run's provenance (read_run_records)
-                atomic_write_json(record, {"code": run_code(chapter), "edited": code_edited(), "threads": _threads()})
+                atomic_write_json(record, {"code": run_code(chapter), "edited": code_edited(), "threads": _threads(),
+                                           "map": _cpu_map()})
 
     def save(self, name: str, payload: Mapping[str, Any],
              arrays: Mapping[str, np.ndarray] | None = None) -> Path | None:
@@ -463,7 +464,8 @@ class Store:
 
 RUN_CODE = ".code"
 """The folder of a run's staging folder where each process that opens a :class:`Store` records the code
-(:func:`code_fingerprint`, :func:`code_edited`) and threads it runs with (:func:`read_run_records`)."""
+(:func:`code_fingerprint`, :func:`code_edited`), threads and CPU map (``gmp._native.describe``) it runs with
+(:func:`read_run_records`)."""
 RUN_USED = ".used"
 """The folder of a run's staging folder where each process lists the journal keys its :meth:`Store.memo` returned."""
 
@@ -474,6 +476,16 @@ def _threads() -> int | None:
 
     torch = sys.modules.get("torch")
     return torch.get_num_threads() if torch is not None else None
+
+
+def _cpu_map() -> dict[str, str] | None:
+    """What computes the hyperspherical map on the CPU in this process (``gmp._native.describe``: the
+    compiled map with its compiler and flags, or the torch map and why), None where gmp's layers are not
+    imported."""
+    import sys
+
+    native = sys.modules.get("gmp._native")
+    return native.describe() if native is not None else None
 
 
 def read_run_records(staging: Path) -> tuple[list[dict[str, Any]], set[str]]:
@@ -701,6 +713,8 @@ def carry(chapter: str, scale: str, units: Mapping[str, Any], source: str, why: 
     (that run's recorded :func:`code_fingerprint`, None when it recorded none), so the cache's
     provenance counts them apart and says by which code they were computed (:func:`resumed_code`).
     Run ``python -m gmp.runs <chapter> --verify --unit <key>`` on some to recompute them with today's code.
+    A unit that would be journalled as an entry every read skips (:func:`entry_problem`: a key that is
+    not a string, ``source`` or ``why`` not strings, a ``code`` of another form) is refused, and nothing written.
     """
     if not source or not why:
         raise ValueError("carry needs the run the units come from (source) and why their settings are today's (why)")
@@ -717,7 +731,14 @@ def carry(chapter: str, scale: str, units: Mapping[str, Any], source: str, why: 
             entry["code"] = code["digest"]
             if not named:
                 entry["modules"], entry["hash"], named = code["modules"], code.get("hash", "source"), True
-        lines.append(json.dumps(entry))
+        try:
+            line = json.dumps(entry)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"carry: unit {key!r} cannot be journalled ({err}); nothing was written") from None
+        if problem := entry_problem(json.loads(line)):  # every later read would warn and skip it
+            raise ValueError(f"carry: unit {key!r} would be journalled as an entry that every read skips "
+                             f"({problem}); nothing was written")
+        lines.append(line)
     if lines:
         append_journal(path, lines)
     return path
@@ -914,13 +935,33 @@ class SameFunction(NamedTuple):
 
 SAME_FUNCTION: tuple[SameFunction, ...] = (
     SameFunction("hyperspherical.py", "794e227df15aed32",
-                 {"hyperspherical.py": "c7820106dc0fc1d5", "_native.py": "acd51115d8b03413"},
+                 {"hyperspherical.py": "c7820106dc0fc1d5", "_native.py": "df850d1e2de7fc5f"},
                  "on the CPU, its map from angles to directions now runs as one compiled pass per direction "
                  "(gmp/_native.py, issue #30) instead of several torch passes; in float64, as these runs used, "
                  "the two maps' outputs and gradients equal each other, and autograd through cumprod, to "
                  "float64 rounding in every orthant and at degenerate angles (tests in tests/test_hyperspherical.py). "
                  "A rerun computes the same function; its numbers would differ from these only as far as rounding "
                  "differences, accumulated over training, move them (as between two machines)"),
+    SameFunction("_native.py", "acd51115d8b03413", {"_native.py": "df850d1e2de7fc5f"},
+                 "issue #38 added checks around the compiled map, not changes to it: its C source and flag sets "
+                 "are unchanged, so the same library is built; a library is now used only after its numbers "
+                 "match the torch map's (a self-check that a sound build, as these runs used, passes), is written "
+                 "and loaded more carefully, and records which map ran (tests in tests/test_hyperspherical.py)"),
+    SameFunction("minibatch.py", "30f0830c8e8e669f", {"minibatch.py": "3a5f440243df8f0b"},
+                 "issue #38 added refusals of arguments a fit could not use (mse_to_unit, the inputs' dtype) and of "
+                 "checkpoints whose epoch disagrees with what they hold; a fit they accept runs the same code on the "
+                 "same numbers (tests in tests/test_minibatch.py)"),
+    SameFunction("implicit.py", "e92ab3f86cbf20c6", {"implicit.py": "0e364c4ef0d02959"},
+                 "issue #38 added a refusal of checkpoints whose step disagrees with what they hold; a fit that "
+                 "resumes runs the same code on the same numbers (tests in tests/test_implicit.py)"),
+    SameFunction("runs.py", "3fb31d6d7da6b6c0", {"runs.py": "5e76fe91637be17c"},
+                 "issue #38: the runner removes the staging folders of runs killed outright and records which "
+                 "hyperspherical map ran in the provenance; what it runs (notebook, parameters, seed, threads) is "
+                 "unchanged (tests in tests/test_runs.py)"),
+    SameFunction("data/_fetch.py", "25b35928a01c645a", {"data/_fetch.py": "986bef0a379cf8ea"},
+                 "issue #38: a read-only GMP_DATA with a file missing now raises DataUnavailableError naming the "
+                 "file; a file it returns is the same file, checked against the same digest (tests in "
+                 "tests/test_fetch.py)"),
 )
 """Modules rewritten (for speed, say) since cached runs without changing the function they compute.
 A cached run that recorded a module as ``before`` counts as run by today's code in it while that

@@ -294,15 +294,16 @@ def _run_locked(chapter, scale, device, seed, root, kernel, jobs, notebook, cfg,
     failed = results_dir / "_partial" / f"failed-{scale}-{notebook.name}"
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
+        _remove_abandoned_staging(results_dir)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         started = time.time()
         resumed = _results.journal_entries(journal)
         _announce_resume(chapter, journal, _results.resumed_code(resumed, chapter))
-        _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, papermill)
+        workers = _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, papermill)
         signal.signal(signal.SIGTERM, _stop)  # nbclient set it back to the default when the notebook finished
         return _cache(chapter, scale, device, seed, root, jobs, cfg, resolved, results_dir, journal, staging, failed,
-                      resumed, started)
+                      resumed, started, workers)
     except BaseException:
         if (staging / notebook.name).is_file():
             failed.parent.mkdir(parents=True, exist_ok=True)
@@ -315,16 +316,41 @@ def _run_locked(chapter, scale, device, seed, root, kernel, jobs, notebook, cfg,
         signal.signal(signal.SIGTERM, previous)
 
 
-def _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, papermill) -> None:
-    """The workers of ``--jobs`` (if any), then the notebook, with the run's environment."""
+def _remove_abandoned_staging(results_dir: Path) -> None:
+    """Remove the staging folders ``.staging-<scale>-<pid>`` of ``results_dir`` whose runner is gone: a run
+    killed outright (SIGKILL, a power cut) cannot remove its own. Only on POSIX, where a process can be
+    asked whether it lives; a folder of a live process (a run under way) is left alone."""
+    if os.name != "posix":
+        return
+    for folder in results_dir.glob(".staging-*-*"):
+        pid = folder.name.rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (POSIX)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, papermill) -> list[dict[str, Any]]:
+    """The workers of ``--jobs`` (if any), then the notebook, with the run's environment; the workers'
+    records (:func:`gmp.results.read_run_records`)."""
     env = {_results.STAGING_ENV: str(staging), PROGRESS_ENV: "1", "GMP_SCALE": scale,
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    workers: list[dict[str, Any]] = []
     try:
         if jobs > 1:
             prefill(chapter, scale, jobs, device, seed)
-            _results.read_run_records(staging)  # the workers' records: their units name their code
+            workers = _results.read_run_records(staging)[0]  # their units name their code
         papermill.execute_notebook(
             str(notebook), str(staging / notebook.name),
             parameters={"SCALE": scale, "DEVICE": device, "SEED": seed},
@@ -337,10 +363,11 @@ def _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, pape
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    return workers
 
 
 def _cache(chapter, scale, device, seed, root, jobs, cfg, resolved, results_dir, journal, staging, failed, resumed,
-           started) -> Path:
+           started, workers) -> Path:
     """Write the finished run's provenance and units into ``staging`` and put it in place of the cache."""
     records, used = _results.read_run_records(staging)
     notebook_run = records[0] if records else None
@@ -369,6 +396,8 @@ def _cache(chapter, scale, device, seed, root, jobs, cfg, resolved, results_dir,
         "code_edited": sorted(edited), "units_code": _results.code_against(units, code, chapter),
         "threads": {"notebook": notebook_run.get("threads") if notebook_run else None,
                     "workers": _worker_threads(jobs) if jobs > 1 else None},
+        "cpu_map": {"notebook": notebook_run.get("map") if notebook_run else None,
+                    "workers": _distinct(record.get("map") for record in workers) if jobs > 1 else None},
         "command": f"python -m gmp.runs {chapter} --scale {scale} --device {device} --seed {seed}"
                    + (f" --jobs {jobs}" if jobs > 1 else ""),
         "payload_sha256": _results.payload_hashes(staging),
@@ -383,6 +412,15 @@ def _cache(chapter, scale, device, seed, root, jobs, cfg, resolved, results_dir,
         journal.unlink(missing_ok=True)
     failed.unlink(missing_ok=True)
     return final
+
+
+def _distinct(values) -> list[Any]:
+    """``values`` without repeats, in the order first met."""
+    seen: list[Any] = []
+    for value in values:
+        if value not in seen:
+            seen.append(value)
+    return seen
 
 
 TIMING_KEYS = ("seconds",)

@@ -130,6 +130,32 @@ def test_unreachable_source_names_file_url_and_gmp_data(data_dir):
     assert _leftovers(data_dir) == []
 
 
+def test_a_read_only_gmp_data_with_a_file_missing_names_the_file(server, data_dir, monkeypatch):
+    # Before: OSError [Errno 30] about a ".part" file, naming neither the data file nor GMP_DATA.
+    import errno
+
+    from gmp.data import _fetch
+
+    (data_dir / "uci" / "demo").mkdir(parents=True)
+    if os.geteuid() != 0:
+        os.chmod(data_dir / "uci" / "demo", 0o555)
+    else:  # root writes into read-only folders: the file system refuses as a read-only mount would
+        def refuse(*args, **kwargs):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), kwargs.get("dir"))
+
+        monkeypatch.setattr(_fetch.tempfile, "mkstemp", refuse)
+    base, _, _ = server
+    try:
+        with pytest.raises(DataUnavailableError) as info:
+            fetch("uci/demo/data.txt", f"{base}/table.txt", SHA)
+    finally:
+        os.chmod(data_dir / "uci" / "demo", 0o755)
+    message = str(info.value)
+    assert message.startswith("data file 'uci/demo/data.txt' is missing and cannot be downloaded into ")
+    assert f"{base}/table.txt" in message and "GMP_DATA" in message and ".part" not in message
+    assert isinstance(info.value, FileNotFoundError)
+
+
 def test_existing_file_is_not_downloaded_again(server, data_dir):
     base, www, requests = server
     first = fetch("uci/demo/data.txt", f"{base}/table.txt", SHA)

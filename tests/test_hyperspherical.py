@@ -1,6 +1,10 @@
 """Hyperspherical coordinates (Eq. (6) of Chen & Ge): round trips, uniformity, gradients."""
 
 import math
+import os
+import subprocess
+import sys
+import time
 import warnings
 
 import pytest
@@ -385,6 +389,7 @@ def fresh_native(tmp_path, monkeypatch):
     def reset():
         _native._load.cache_clear()
         _native._FAILURE.clear()
+        _native._BUILT.clear()
 
     monkeypatch.setenv("GMP_KERNELS", str(tmp_path / "kernels"))
     reset()
@@ -496,6 +501,139 @@ def test_compiled_map_builds_with_the_fallback_flags_and_gives_the_same_numbers(
     assert torch.allclose(compiled, scale[:, None] * _angles_to_unit_reference(theta), rtol=0, atol=1e-14)
     assert torch.autograd.gradcheck(scaled_directions, (theta[:3, :20].requires_grad_(True),
                                                         scale[:3].clone().requires_grad_(True)))
+
+
+def test_a_build_whose_arithmetic_is_relaxed_fails_its_self_check_and_the_torch_map_runs(fresh_native, monkeypatch):
+    # -ffast-math breaks the kernel's rounding to multiples of pi/2: without the self-check its map
+    # was off by up to 0.66 per coordinate of a unit vector, with no sign.
+    from gmp.hyperspherical import scaled_directions
+
+    monkeypatch.setenv("CC", "cc -ffast-math")
+    theta = torch.rand(6, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 12 - 6
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert fresh_native.kernel(theta) is None and fresh_native.kernel(theta.float()) is None
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1 and "differ from the torch map's by up to" in said[0] and "remove them from CC" in said[0]
+    assert len(list(fresh_native._kernel_dir().glob("*.so"))) == len(fresh_native.flag_sets())  # each set tried
+    assert fresh_native.describe() == {"map": "torch", "why": fresh_native.unavailable()}
+    scale = torch.ones(6, dtype=torch.float64)
+    assert torch.allclose(scaled_directions(theta, scale), _angles_to_unit_reference(theta), rtol=0, atol=1e-14)
+
+
+def test_the_self_check_takes_every_branch_passes_a_sound_build_and_names_what_differs(fresh_native):
+    kernels = fresh_native._load()[0]
+    assert fresh_native.self_check(kernels) is None
+    described = fresh_native.describe()
+    assert described["map"] == "compiled" and described["flags"] == " ".join(fresh_native.flag_sets()[0])
+    assert described["compiler"] == "cc" and described["version"]
+    cases = fresh_native._self_check_cases()
+    angles = torch.cat([theta.flatten() for theta, _, _ in cases])
+    assert (angles.abs() > 1048576).any() and (angles.abs() > 8192).any()  # the C library's sines, both types
+    assert {0.0, math.pi / 2, math.pi}.issubset(set(angles.tolist()))
+    assert any(theta.shape[1] % 16 and theta.shape[1] > 32 for theta, _, _ in cases)  # whole vectors and a rest
+    assert any(theta.shape[1] == 0 for theta, _, _ in cases) and any((s == 0).any() for _, s, _ in cases)
+    if torch.get_num_threads() > 1:
+        assert any(fresh_native._threads(*theta.shape) > 1 for theta, _, _ in cases)
+
+    class Off:  # a kernel whose last coordinate is one ulp-ish too large, in float32 only
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def forward(self, theta, scale):
+            out = self.kernel.forward(theta, scale)
+            out[:, -1] += 1e-3
+            return out
+
+        def backward(self, theta, scale, grad):
+            return self.kernel.backward(theta, scale, grad)
+
+    wrong = fresh_native.self_check({torch.float64: kernels[torch.float64], torch.float32: Off(kernels[torch.float32])})
+    assert wrong.startswith("its float32 outputs differ from the torch map's by up to 0.001")
+
+
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_the_self_check_runs_where_the_map_is_first_used_without_gradients(context, fresh_native):
+    with warnings.catch_warnings(), context():
+        warnings.simplefilter("error")
+        assert fresh_native.kernel(torch.zeros(2, 3)) is not None and fresh_native.unavailable() is None
+
+
+def _kernel_in_a_new_process(kernels, **env) -> subprocess.CompletedProcess:
+    code = ("import warnings, torch; from gmp import _native; warnings.simplefilter('error'); "
+            "assert _native.kernel(torch.zeros(2, 3)) is not None, _native.unavailable(); print('loaded')")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "GMP_KERNELS": str(kernels), **env})
+
+
+def test_a_library_cut_short_is_never_loaded_but_built_again(fresh_native, tmp_path):
+    # An older gmp renamed the compiler's output into place without flushing it: a crash or a full
+    # disk could leave part of it, and mapping that killed every later process (SIGBUS), silently.
+    kernels = tmp_path / "kernels"
+    assert _kernel_in_a_new_process(kernels).stdout.strip() == "loaded"
+    library, = kernels.glob("hyperspherical-*.so")
+    assert fresh_native._whole(library) is None
+    whole = library.stat().st_size
+    for size in (1000, 8000, 20000, whole - 1):
+        os.truncate(library, size)
+        assert "bytes, but" in fresh_native._whole(library)
+        done = _kernel_in_a_new_process(kernels)
+        assert done.returncode == 0 and done.stdout.strip() == "loaded", (size, done.returncode, done.stderr[-500:])
+        assert library.stat().st_size == whole and fresh_native._whole(library) is None
+
+
+def test_a_compiler_failure_of_the_moment_is_retried_and_a_remembered_one_says_how_to_retry(fresh_native, tmp_path,
+                                                                                            monkeypatch):
+    # A full disk once made the torch map stick for good, repeating the old reason, with no word on retrying.
+    wrapper, full = tmp_path / "cc", tmp_path / "disk-full"
+    wrapper.write_text(f'#!/bin/sh\nif [ -e {full} ]; then echo "fatal error: No space left on device" >&2; exit 1; fi\n'
+                       f'for a in "$@"; do case "$a" in -fopenmp) exit 1;; esac; done\nexec cc "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    full.touch()
+    with pytest.warns(RuntimeWarning, match="No space left on device"):
+        assert fresh_native.kernel(torch.zeros(2, 3)) is None
+    assert not list(fresh_native._kernel_dir().glob("*.failed"))  # not remembered
+    full.unlink()
+    fresh_native._load.cache_clear()
+    fresh_native._FAILURE.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # built after two refused sets: no warning
+        assert fresh_native.kernel(torch.zeros(2, 3)) is not None  # the disk has room again: built
+    refused = fresh_native._kernel_dir() / "elsewhere"
+    monkeypatch.setenv("GMP_KERNELS", str(refused))
+    monkeypatch.setattr(fresh_native, "flag_sets", lambda: [fresh_native.FLAGS[0]])
+    fresh_native._load.cache_clear()
+    fresh_native._FAILURE.clear()
+    with pytest.warns(RuntimeWarning, match=r"remembered in .*elsewhere.*\.failed for 86400 s; delete it to try again at once"):
+        assert fresh_native.kernel(torch.zeros(2, 3)) is None
+    monkeypatch.setenv("GMP_KERNELS", str(refused.parent))
+    remembered = list(fresh_native._kernel_dir().glob("*.failed"))  # the sets with -fopenmp, refused for good
+    assert remembered and all("-fopenmp" in path.read_text() for path in remembered)
+    try:
+        fresh_native._build([str(wrapper)], fresh_native.FLAGS[1])
+    except RuntimeError as err:
+        assert "tried again" in str(err) and "at once when that file is deleted" in str(err)
+        assert str(fresh_native._kernel_dir()) in str(err)
+    else:
+        pytest.fail("a remembered failure was not raised")
+    stale = time.time() - fresh_native.RETRY_AFTER_S - 1
+    for path in remembered:
+        os.utime(path, (stale, stale))
+    calls = tmp_path / "calls"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nfor a in "$@"; do case "$a" in -fopenmp) exit 1;; esac; done\n'
+                       'exec cc "$@"\n')
+    with pytest.raises(RuntimeError):
+        fresh_native._build([str(wrapper)], fresh_native.FLAGS[1])
+    assert len(calls.read_text().splitlines()) == 1  # a failure remembered for longer than RETRY_AFTER_S is tried again
+
+
+def test_a_cc_that_cannot_be_split_is_named(fresh_native, monkeypatch):
+    monkeypatch.setenv("CC", "gcc -DX='unclosed")
+    with pytest.warns(RuntimeWarning, match="CC=\"gcc -DX='unclosed\" cannot be split .*No closing quotation.*"
+                                            "correct its quotes or unset CC"):
+        assert fresh_native.kernel(torch.zeros(2, 3)) is None
+    assert gmp.angles_to_unit(torch.zeros(2, 3)).shape == (2, 4)
 
 
 def test_small_maps_run_in_one_thread_and_large_ones_in_torchs_threads():

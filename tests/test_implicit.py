@@ -155,6 +155,38 @@ def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_same_curves(tmp_p
         _tiny_fit(steps=13, checkpoint=path)
 
 
+def test_a_checkpoint_whose_step_disagrees_with_what_it_holds_is_refused(tmp_path, monkeypatch):
+    # As fit_stack's epoch (issue 38): a changed step resumed with NaN-padded or shifted curves.
+    calls = {"n": 0}
+    adam_step = torch.optim.Adam.step
+
+    def failing_step(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return adam_step(self, *args, **kwargs)
+
+    path = tmp_path / "fit.pt"
+    monkeypatch.setattr(torch.optim.Adam, "step", failing_step)
+    with pytest.raises(KeyboardInterrupt):
+        _tiny_fit(steps=12, checkpoint=path, checkpoint_every=3)
+    monkeypatch.setattr(torch.optim.Adam, "step", adam_step)
+    state = torch.load(path, weights_only=True)
+    assert state["step"] == 6
+    mse = state["mse"].clone()
+    mse[6] = 0.5
+    for change, message in (({"step": 9}, "its step 9 disagrees with its curves, which hold 6"),
+                            ({"step": 3}, "its step 3 disagrees with its curves, which hold 6"),
+                            ({"step": 7, "mse": mse}, r"its step 7 disagrees with its optimiser's \[6.0\] steps"),
+                            ({"step": 0}, "its step 0 is not one of 1 to 12"),
+                            ({"step": 13}, "its step 13 is not one of 1 to 12")):
+        torch.save({**state, **change}, path)
+        with pytest.raises(ValueError, match=f"checkpoint {path}: its step does not fit this fit.*{message}"):
+            _tiny_fit(steps=12, checkpoint=path, checkpoint_every=3)
+    torch.save(state, path)
+    assert np.array_equal(_tiny_fit(steps=12, checkpoint=path, checkpoint_every=3).mse, _tiny_fit(steps=12).mse)
+
+
 class Payload:
     """An object whose unpickling would run code: what a crafted checkpoint could hold."""
 

@@ -290,6 +290,18 @@ NAN_X = torch.randn(64, 24).index_put_((torch.tensor([3]), torch.tensor([2])), t
     ({"eval_chunk": 0}, ValueError, "eval_chunk must be at least 1"),
     ({"checkpoint_every": 0}, ValueError, "checkpoint_every must be at least 1"),
     ({"stop_below": float("nan")}, ValueError, "stop_below must be None or a finite number >= 0, got nan"),
+    # issue 38, silent: PSNR +inf at every epoch (every bar reached at epoch 1), or every epoch never reached
+    ({"mse_to_unit": 0.0}, ValueError, "mse_to_unit must be a finite number > 0 .*got 0.0"),
+    ({"mse_to_unit": -0.25}, ValueError, "mse_to_unit must be a finite number > 0"),
+    ({"mse_to_unit": float("nan")}, ValueError, "mse_to_unit must be a finite number > 0"),
+    ({"mse_to_unit": float("inf")}, ValueError, "mse_to_unit must be a finite number > 0"),
+    # issue 38, obscure: psnr() failed after the whole fit, or the model raised a raw RuntimeError
+    ({"mse_to_unit": "0.25"}, TypeError, "mse_to_unit must be a number, got '0.25'"),
+    ({"mse_to_unit": None}, TypeError, "mse_to_unit must be a number, got None"),
+    ({"inputs": torch.randn(64, 24, dtype=torch.float64)}, TypeError,
+     r"inputs must be torch.float32, as the networks' weights are, got torch.float64; convert it"),
+    ({"inputs": torch.randn(64, 24).half()}, TypeError, "inputs must be torch.float32.*got torch.float16"),
+    ({"targets": torch.rand(64, 1, dtype=torch.float64)}, TypeError, "targets must be torch.float32.*got torch.float64"),
 ])
 def test_fit_stack_refuses_bad_arguments_up_front_naming_them(change, error, message):
     with pytest.raises(error, match=message):
@@ -307,3 +319,33 @@ def test_a_checkpoint_whose_tensors_do_not_fit_is_refused_as_damage(tmp_path):
         with pytest.raises(ValueError, match=f"checkpoint {path}: its training state does not fit this fit.*"
                                              "delete it to start afresh"):
             _bad_stack_call(epochs=2, checkpoint=path)
+
+
+def test_a_checkpoint_whose_epoch_disagrees_with_what_it_holds_is_refused(tmp_path):
+    """A changed ``epoch`` was accepted: the curves came back padded with NaN (a later epoch) or
+    shifted (an earlier one, trained over again). It must agree with the curves and the Adam updates."""
+    path = tmp_path / "fit.pt"
+    g = torch.Generator().manual_seed(0)
+    args = dict(epochs=4, checkpoint_every=2, seeds=[1, 2], lr=[1e-3, 1e30],  # the second network diverges
+                inputs=torch.randn(64, 24, generator=g), targets=torch.rand(64, 1, generator=g))
+    _bad_stack_call(**{**args, "epochs": 2}, checkpoint=tmp_path / "first.pt")
+    state = torch.load(tmp_path / "first.pt", weights_only=True)
+    assert state["epoch"] == 2 and state["diverged"][1] is not None
+    state["settings"]["epochs"] = 4  # as if a 4-epoch fit had stopped after its checkpoint of epoch 2
+    state["curves"] = {k: torch.cat([v, torch.full_like(v, float("nan"))], dim=1) for k, v in state["curves"].items()}
+    torch.save(state, path)
+    whole = _bad_stack_call(**args)
+    resumed = _bad_stack_call(**args, checkpoint=path)  # the genuine state resumes to the same curves
+    np.testing.assert_array_equal(resumed[0].train_mse, whole[0].train_mse)
+    updates = state["t"] // 2
+    for change, message in (({"epoch": 3}, "its epoch 3 disagrees with its"),
+                            ({"epoch": 1}, "its epoch 1 disagrees with its"),
+                            ({"epoch": 1, "t": updates}, "its epoch 1 disagrees with its curves: network 0 has 2"),
+                            ({"epoch": 0, "t": 0}, "its epoch 0 is not one of 1 to 4"),
+                            ({"epoch": 9}, "its epoch 9 is not one of 1 to 4"),
+                            ({"diverged": [None, None]}, "network 1 has"),
+                            ({"curves": {k: v[:, :3] for k, v in state["curves"].items()}}, "curves have shape")):
+        torch.save({**state, **change}, path)
+        with pytest.raises(ValueError, match=f"checkpoint {path}: its training state does not fit this fit.*"
+                                             f"{message}.*delete it to start afresh"):
+            _bad_stack_call(**args, checkpoint=path)

@@ -147,6 +147,20 @@ def test_carried_units_are_resumed_and_counted_apart_from_the_runs_own(chapter, 
             "the changed key; 2 of them by code whose fingerprint that run did not record)") in text
 
 
+def test_carry_refuses_a_unit_that_every_later_read_would_skip(chapter, tmp_path):
+    # Before: carry wrote it, and every read after warned "skipped" and recomputed the unit.
+    code = {"digest": "old", "modules": {"gmp/train.py": "h"}, "hash": results.CODE_HASH}
+    path = results.journal_path("fake_chapter", "paper", config.load("fake_chapter", "paper").digest)
+    for units, source, code_of, problem in (({3: {"v": 1}}, "the old run", code, "not a journal entry"),
+                                            ({"a": {"v": 1}}, ["the old run"], code, "carried"),
+                                            ({"a": {"v": 1}}, "the old run", {**code, "digest": 7}, "'code' is a int"),
+                                            ({"a": {"v": 1}}, "the old run", {**code, "hash": "md5"}, "'hash' is 'md5'"),
+                                            ({"a": {1, 2}}, "the old run", code, "cannot be journalled")):
+        with pytest.raises(ValueError, match=f"carry: unit .*{problem}.*nothing was written"):
+            results.carry("fake_chapter", "paper", {"b": {"v": 0}, **units}, source, "only other units read it", code_of)
+        assert not path.exists()
+
+
 def test_memo_picks_up_units_of_another_worker_and_clears_their_scratch(chapter, tmp_path, monkeypatch):
     assert results.Store("fake_chapter", config.load("fake_chapter", "paper")).scratch("a") is None
     monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
@@ -809,3 +823,28 @@ def test_journal_entries_record_threads_and_edits_and_refuse_wrong_types(chapter
     assert results.entry_problem({"key": "u", "value": 1, "threads": 0}) == "its 'threads' is 0, not an integer >= 1"
     assert results.entry_problem({"key": "u", "value": 1, "edited": "x"}) == "its 'edited' is not a list of strings"
     assert results.entry_problem({"key": "u", "value": 1, "threads": None}) is None  # torch not imported
+
+
+def test_the_ledger_judges_a_rule_that_cannot_take_a_perfect_seeds_infinity_inconclusive(chapter, tmp_path):
+    from gmp.experiments import sbsnn_author_figs
+
+    claim = {c.key: c for c in sbsnn_author_figs.CLAIMS}["sbsnn-fig6-rotated-author"]
+    rows = {a: {"best_train_psnr": 40.0} for a in sbsnn_author_figs.FIG7_ACTIVATIONS}
+    payload = {"figures": {"fig6": {f"{a}/{e}": rows[a] for a in rows for e in ("nerf", "rotated")}}, "seeds": {}}
+    for a in rows:
+        payload["seeds"][f"{a}/nerf"] = [{"seed": s, "best_train_psnr": 40.0} for s in range(5)]
+        payload["seeds"][f"{a}/rotated"] = [{"seed": s, "best_train_psnr": 43.0 + 0.1 * s} for s in range(5)]
+    payload["seeds"][f"{a}/rotated"][2]["best_train_psnr"] = float("inf")  # a perfect fit
+    chapter.CLAIMS = [claim]
+    folder = _publish(tmp_path, "paper", payload, config.load("fake_chapter", "paper").digest)
+    results.atomic_write_json(folder / f"{claim.result}.json", payload)
+    judged = ledger.judge("fake_chapter", claim)  # paired_interval refuses +inf: the ledger crashed with ValueError
+    assert judged.verdict == results.INCONCLUSIVE and judged.measured.startswith(
+        f"the cached {claim.result}.json holds an infinite number (a perfect fit's PSNR, say), a result this rule's "
+        "statistics cannot take (ValueError: paired_interval needs one or more finite differences")
+    payload["seeds"][f"{a}/rotated"][2]["best_train_psnr"] = float("nan")  # not a result: still raised
+    results.atomic_write_json(folder / f"{claim.result}.json", payload)
+    results.atomic_write_json(folder / "provenance.json", {**json.loads((folder / "provenance.json").read_text()),
+                                                           "payload_sha256": results.payload_hashes(folder)})
+    with pytest.raises(ValueError, match="finite differences"):
+        ledger.judge("fake_chapter", claim)

@@ -60,6 +60,26 @@ def test_a_successful_run_is_cached_with_provenance(book):
     assert not list(final.parent.glob(".staging-*"))
 
 
+def test_a_run_removes_the_staging_folders_of_killed_runs_but_not_of_live_ones(book):
+    # A run killed by SIGKILL cannot remove its .staging-<scale>-<pid>; before, nothing ever did.
+    import subprocess
+
+    _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
+    results_dir = book / "book" / "_results" / "fake_chapter"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        for pid, scale in ((gone.pid, "paper"), (gone.pid, "smoke"), (live.pid, "paper")):
+            (results_dir / f".staging-{scale}-{pid}").mkdir(parents=True)
+            (results_dir / f".staging-{scale}-{pid}" / "summary.json").write_text("{}")
+        runs.run("fake_chapter", "smoke", device="cpu", root=book)
+        assert sorted(p.name for p in results_dir.glob(".staging-*")) == [f".staging-paper-{live.pid}"]
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_a_failed_run_leaves_the_previous_cache_untouched(book):
     _notebook(book / "book" / "part9" / "fake_chapter.ipynb", WRITE)
     final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
@@ -217,6 +237,11 @@ def test_resuming_units_of_other_code_is_announced_and_recorded(book, capsys):
     assert provenance["code_of"] == "the notebook"
     assert provenance["resumed_code"] == {"other_code_units": 1, "code_not_recorded_units": 1,
                                           "changed_modules": ["experiments/chen_levy.py"]}
+    # Which map computed the CPU's hyperspherical directions, with what compiler and flags (issue 38).
+    from gmp import _native
+
+    assert provenance["cpu_map"] == {"notebook": _native.describe(), "workers": None}
+    assert provenance["cpu_map"]["notebook"]["map"] == "compiled" and provenance["cpu_map"]["notebook"]["flags"]
     results.code_fingerprint.cache_clear()  # today's code is the files now, as the kernel read them (not at our start)
     described = results.cached("fake_chapter", "summary", "smoke").describe()
     assert "1 of them by code that differs from the run's in experiments/chen_levy.py" in described

@@ -92,7 +92,11 @@ def fetch(relpath: str, url: str, sha256: str, *, timeout: float = 60.0,
     except OSError as err:
         raise DataUnavailableError(f"data file {relpath!r} is missing and {target.parent} cannot be "
                                    f"created ({err}). Source: {url}. {hint}") from None
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    except OSError as err:  # a read-only GMP_DATA, say
+        raise DataUnavailableError(f"data file {relpath!r} is missing and cannot be downloaded into "
+                                   f"{target.parent} ({err.strerror or err}). Source: {url}. {hint}") from None
     try:
         _download(url, fd, timeout=timeout, deadline=deadline, max_bytes=max_bytes)
         got = sha256_of(Path(tmp))
