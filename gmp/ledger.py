@@ -77,8 +77,16 @@ class Judgement:
     rule_note: str = ""
     """The sentence on :attr:`rule_status`."""
     earlier: tuple[str, str] | None = None
-    """``(measured, verdict)`` of the rule in force at the run (:attr:`gmp.results.Claim.earlier`), where it
+    """``(measured, verdict)`` of the earlier rule (:attr:`gmp.results.Claim.earlier`) on the run judged, where it
     was replaced."""
+    earlier_label: str = ""
+    """What :attr:`earlier` is: the rule in force at the run, or an earlier rule applied to a run made after it was
+    replaced (then with what it gave at its own run, where known)."""
+    design: tuple[str, str] | None = None
+    """``(measured, verdict)`` of today's rule on the runs of the headline design replaced after one of them was
+    seen (:attr:`gmp.results.Claim.earlier_design`), where a cache still holds them."""
+    margin: str = ""
+    """How narrowly the payload decides the verdict (:attr:`gmp.results.Claim.margin`), or ""."""
 
     @property
     def category(self) -> str:
@@ -97,21 +105,54 @@ def _rule_status(claim: Claim, provenance: Mapping[str, Any]) -> tuple[str, str,
                          "today's rule's; the verdict is today's rule's."), False
     if claim.earlier is not None:  # revised after a run of this design: shown even beside a later run
         why = f" {claim.earlier.why}" if claim.earlier.why else ""
-        when = (f"after the run ({date})" if date < claim.earlier.replaced else
-                f"after an earlier paper-scale run of this experiment; this run ({date}) came after the revision")
-        return REVISED, f"RULE REVISED {when} by {claim.earlier.commits} ({claim.earlier.replaced}).{why}", True
+        if date < claim.earlier.replaced:
+            return REVISED, (f"RULE REVISED after the run ({date}) by {claim.earlier.commits} "
+                             f"({claim.earlier.replaced}).{why}"), True
+        return REVISED, (f"RULE REVISED after an earlier paper-scale run of this experiment; this run ({date}) came "
+                         f"after the revision by {claim.earlier.commits} ({claim.earlier.replaced}), so the earlier "
+                         f"rule shown beside today's is applied to this run; {_earlier_gave(claim)}.{why}"), True
     carried = provenance.get("carried_units") if isinstance(provenance.get("carried_units"), dict) else {}
     n_carried = sum(c.get("units", 0) for c in carried.values() if isinstance(c, dict))
     if rules is not None and claim.key in rules and n_carried:
         return UNKNOWN, (f"The hash of the rule recorded with the run ({date}) matches today's rule, but {n_carried} of "
                          f"the run's units were carried over from earlier runs ({'; '.join(carried)}), computed "
                          f"before it: whether the rule was fixed before those is unknown."), False
+    resumed = provenance.get("resumed_code") if isinstance(provenance.get("resumed_code"), dict) else {}
+    n_other = resumed.get("other_code_units", 0) + resumed.get("code_not_recorded_units", 0)
+    if rules is not None and claim.key in rules and n_other:
+        changed = ", ".join(resumed.get("changed_modules", [])) or "not recorded"
+        return UNKNOWN, (f"The hash of the rule recorded with the run ({date}) matches today's rule, but the run "
+                         f"resumed {n_other} units that earlier code computed (modules changed since: {changed}), "
+                         f"and a run records the rules only when it is assembled: whether the rule was fixed "
+                         f"before those units is unknown."), False
     if rules is not None and claim.key in rules:
         return FIXED, "The hash of the rule recorded with the run matches today's rule.", False
     if rules is not None:
         return REVISED, "The run recorded no rule of this claim: the claim or its rule was written after the run.", False
     return UNKNOWN, (f"Unknown whether the rule was fixed before the run ({date}): the run recorded no rule "
                      f"hashes (it predates them), and no replaced rule is known."), False
+
+
+def _earlier_gave(claim: Claim) -> str:
+    """What the earlier rule of ``claim`` gave at its own run, as cited from history, or that it is not recorded."""
+    if claim.earlier.gave:
+        return (f"at its own run (the cache of commit {claim.earlier.at_run}) it gave {claim.earlier.gave}, cited "
+                f"from the history")
+    return "what it gave at its own run is not recorded here"
+
+
+def _design(claim: Claim) -> tuple[str, str] | None:
+    """``(measured, verdict)`` of today's rule on the cached runs of ``claim``'s earlier headline design (the check
+    it was kept as, judged as the ledger judges it), or None where it was not kept."""
+    design = claim.earlier_design
+    if design is None or not design.kept_as:
+        return None
+    found = [c for c in _results._claims_of(design.chapter) if c.key == design.kept_as]
+    if not found:
+        raise ValueError(f"claim {claim.key!r}: its earlier design is kept as {design.kept_as!r}, which chapter "
+                         f"{design.chapter!r} does not hold; name the check that judges the earlier design's runs")
+    kept = judge(design.chapter, found[0])
+    return kept.measured, kept.verdict
 
 
 def _evaluate(claim: Claim, payload: Mapping[str, Any], where: str,
@@ -149,11 +190,18 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         return Judgement(claim, "—", STALE if entry.status == "stale" else CORRUPT)
     status, note, earlier = _rule_status(claim, entry.provenance or {})
     measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
-    why = ""
+    why, margin = "", ""
     if verdict in KIND_VERDICTS[claim.kind]:  # a payload the rule could read
         why = claim.provisional(entry.payload) if callable(claim.provisional) else claim.provisional
+        margin = claim.margin(entry.payload) if claim.margin is not None else ""
+    label = ""
+    if old is not None:
+        date = str((entry.provenance or {}).get("date", "?"))
+        label = ("rule in force at the run" if date < claim.earlier.replaced else
+                 f"earlier rule applied to this run (made after it was replaced); {_earlier_gave(claim)}")
     return Judgement(claim, measured, verdict, provisional=bool(why), why_provisional=why,
-                     rule_status=status, rule_note=note, earlier=old)
+                     rule_status=status, rule_note=note, earlier=old, earlier_label=label, design=_design(claim),
+                     margin=margin)
 
 
 def judged(chapter: str) -> list[Judgement]:
@@ -231,14 +279,51 @@ def _rule_html(claim: Claim) -> str:
     return "<br>".join(parts)
 
 
+DESIGN_CHANGED = "headline design changed after a run of it was seen"
+"""How the ledger marks a claim whose headline design was replaced after a run of it was seen
+(:attr:`gmp.results.Claim.earlier_design`)."""
+
+
+def _design_verdicts_html(judgement: Judgement) -> str:
+    """The earlier design's verdicts in short: today's rule on its runs kept in a cache (computed), and at the run
+    of it that was seen (cited)."""
+    design = judgement.claim.earlier_design
+    parts = []
+    if judgement.design is not None:
+        parts.append(f"its runs kept as a check give {_verdict_html(judgement.design[1])}")
+    parts.append(f"the run seen (commit {html.escape(design.run)}) gave {_verdict_html(design.gave)}")
+    return "; ".join(parts)
+
+
+def design_sentence(judgement: Judgement) -> str:
+    """In words (HTML): the headline design that was replaced after a run of it was seen, what it gave at that run
+    (cited from the history) and what today's rule gives on its runs where a cache keeps them (computed)."""
+    design = judgement.claim.earlier_design
+    kept = ("" if judgement.design is None else
+            f" Today's rule on the earlier design's runs, kept as the check {html.escape(design.kept_as)} of "
+            f"{html.escape(design.chapter)}, gives "
+            f"{_verdict_html(judgement.design[1])}: {html.escape(judgement.design[0])}.")
+    return (f"{DESIGN_CHANGED.upper()}: until {html.escape(design.commits)} ({html.escape(design.changed)}) the "
+            f"headline was {html.escape(design.design)}. The run of it seen before the change (the cache of commit "
+            f"{html.escape(design.run)}) gave {_verdict_html(design.gave)} by today's rule (cited from the history; "
+            f"tests/test_ledger.py recomputes it where the history is at hand).{kept} {html.escape(design.why)} "
+            f"Today's verdict is the current design's: {_verdict_html(judgement.verdict)}.")
+
+
 def _judgement_html(judgement: Judgement) -> str:
-    """The verdict (marked provisional where it is), the rule's status and the earlier rule's verdict."""
+    """The verdict (marked provisional where it is), how narrowly it is decided, the rule's status, the earlier
+    rule's verdict and the earlier design's."""
     out = _verdict_html(judgement.verdict, judgement.provisional, judgement.why_provisional)
+    if judgement.margin:
+        out += f'<br><small class="gmp-margin">{html.escape(judgement.margin)}</small>'
     if judgement.rule_status:
         out += f'<br><small class="gmp-rule-status">{html.escape(judgement.rule_status)}</small>'
     if judgement.earlier is not None:
-        out += (f'<br><small class="gmp-rule-earlier">rule in force at the run: '
+        out += (f'<br><small class="gmp-rule-earlier">{html.escape(judgement.earlier_label)}: '
                 f'{_verdict_html(judgement.earlier[1])}</small>')
+    if judgement.claim.earlier_design is not None:
+        out += (f'<br><small class="gmp-design-earlier">{DESIGN_CHANGED}; the earlier design: '
+                f'{_design_verdicts_html(judgement)}</small>')
     return out
 
 
@@ -275,8 +360,10 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
     "Measured at paper scale", "Verdict", "Chapter") and, in plain text, the ``"verdict"``, the
     ``"kind"`` of claim (``"finding"`` or ``"identity"``), its ``"source"`` (the ledger it is counted
     in), whether it is ``"provisional"``, the tally ``"category"`` (:attr:`Judgement.category`), the
-    ``"rule_status"``, the ``"earlier"`` verdict (of the rule in force at the run, where replaced since,
-    else None), the ``"paper"`` key and the claim's ``"key"``.
+    ``"rule_status"``, the ``"earlier"`` verdict (of the earlier rule on the run, where replaced since,
+    else None), the ``"paper"`` key, the claim's ``"key"``, its ``"margin"`` (how narrowly the payload decides
+    it, or "") and its ``"earlier_design"`` (``(verdict of its runs kept in a cache or None, verdict at the run
+    seen)`` where the headline design was replaced after a run of it was seen, else None).
     """
     rows = []
     for chapter in _results.experiment_chapters():
@@ -284,9 +371,11 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
         for j in judged(chapter):
             claim = j.claim
             earlier = "" if j.earlier is None else (
-                f'<p><strong>Rule in force at the run</strong> (replaced since, kept in code): '
-                f'{html.escape(claim.earlier.rule)}<br>It gives {_verdict_html(j.earlier[1])}: '
-                f'{html.escape(j.earlier[0])}</p>')
+                f'<p><strong>{html.escape(j.earlier_label[0].upper() + j.earlier_label[1:])}</strong> (replaced since, '
+                f'kept in code): {html.escape(claim.earlier.rule)}<br>On this run it gives '
+                f'{_verdict_html(j.earlier[1])}: {html.escape(j.earlier[0])}</p>')
+            if claim.earlier_design is not None:
+                earlier += f'<p><strong>Earlier design.</strong> {design_sentence(j)}</p>'
             rows.append({"Paper": html.escape(PAPERS.get(claim.paper, claim.paper)),
                          "Claim": _claim_html(claim), "Short": html.escape(short_text(claim)),
                          "Rule": _rule_html(claim), "Rule status": html.escape(j.rule_note), "Earlier": earlier,
@@ -295,7 +384,9 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
                          "Chapter": link, "verdict": j.verdict, "kind": claim.kind, "source": claim.source,
                          "provisional": j.provisional, "category": j.category, "rule_status": j.rule_status,
                          "earlier": None if j.earlier is None else j.earlier[1], "paper": claim.paper,
-                         "key": claim.key})
+                         "key": claim.key, "margin": j.margin,
+                         "earlier_design": None if claim.earlier_design is None else (
+                             j.design[1] if j.design is not None else None, claim.earlier_design.gave)})
     return rows
 
 
@@ -449,8 +540,12 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
               "superseded": " <small>(superseded reading)</small>"}
     for j in judged(chapter):
         number = f'<span class="gmp-verdict-measured">{html.escape(j.measured)}</span>' if j.measured != "—" else ""
-        earlier = "" if j.earlier is None else (f'<small> (rule revised after the run; the rule in force at it '
-                                                f'gives {_verdict_html(j.earlier[1])})</small>')
+        earlier = "" if j.earlier is None else (f'<small> (rule revised after a run; '
+                                                f'{html.escape(j.earlier_label)}: {_verdict_html(j.earlier[1])})</small>')
+        if j.claim.earlier_design is not None:
+            earlier += f'<small> ({DESIGN_CHANGED}; the earlier design: {_design_verdicts_html(j)})</small>'
+        if j.margin:
+            earlier += f'<small class="gmp-margin"> ({html.escape(j.margin)})</small>'
         items.append(f'<li data-verdict="{_slug(j.verdict)}"><span class="gmp-verdict-cell">'
                      f'{_verdict_html(j.verdict, j.provisional, j.why_provisional)}</span>'
                      f'<span><a href="{ledger_href}#{claim_anchor(j.claim.key)}">{html.escape(short_text(j.claim))}</a>'

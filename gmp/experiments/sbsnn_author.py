@@ -863,7 +863,8 @@ CLAIMS = [
                                       lambda q: _readme_check(q, "aggressive")),
           earlier=EarlierRule(rule="reproduced if the epoch-mean PSNR reaches 60 dB within the run's 100 epochs; partly "
                                    "if its best is within 10 dB of it; else not reproduced. " + THIN_MARGIN,
-                              check=lambda p: one_seed(_readme_check(p, "aggressive")), **_EARLIER_SEEDS)),
+                              check=lambda p: one_seed(_readme_check(p, "aggressive")), **_EARLIER_SEEDS,
+                              at_run="4bc25f9", gave=REPRODUCED)),
     Claim(key="sbsnn-readme-less-aggressive", paper="sbsnn", source="paper",
           provisional=seeds_provisional(["script/less_aggressive"]), test=SEED_T,
           text="The author's README: with the less aggressive schedule (Adam 2e-4, halved after 40 flat epochs) the "
@@ -875,7 +876,8 @@ CLAIMS = [
                                       PAPER["readme_less_aggressive_db"], lambda q: _readme_check(q, "less_aggressive")),
           earlier=EarlierRule(rule="reproduced if the epoch-mean PSNR reaches 95 dB within the run's 550 epochs; partly "
                                    "if its best is within 10 dB of it; else not reproduced. " + THIN_MARGIN,
-                              check=lambda p: one_seed(_readme_check(p, "less_aggressive")), **_EARLIER_SEEDS)),
+                              check=lambda p: one_seed(_readme_check(p, "less_aggressive")), **_EARLIER_SEEDS,
+                              at_run="4bc25f9", gave=REPRODUCED)),
     Claim(key="sbsnn-fig7-100-author", paper="sbsnn", source="paper", provisional=seeds_provisional(FAMILY_ROTATED),
           test=SEED_T,
           text="Fig. 7 read as the author ran it: the rotated-encoder SBSNN networks pass MSE 1e-5 on [0, 1] values "
@@ -891,7 +893,7 @@ CLAIMS = [
                                    "reproduced. " + THIN_MARGIN,
                               check=lambda p: one_seed(_fig7_check(p, "epoch", "author", "epochs",
                                                                    PAPER["fig7_epochs"])),
-                              **_EARLIER_SEEDS)),
+                              **_EARLIER_SEEDS, at_run="4bc25f9", gave=PARTLY)),
     Claim(key="sbsnn-fig7-100-siren-scale", paper="sbsnn", source="paper",
           provisional=seeds_provisional(FAMILY_ROTATED), test=SEED_T,
           text="Fig. 7 against SIREN's own bar: the rotated-encoder SBSNN networks pass SIREN's MSE 1e-5 on [-1, 1] "
@@ -907,7 +909,7 @@ CLAIMS = [
                                    "reproduced. " + THIN_MARGIN,
                               check=lambda p: one_seed(_fig7_check(p, "train", "siren", "epochs",
                                                                    PAPER["fig7_epochs"])),
-                              **_EARLIER_SEEDS)),
+                              **_EARLIER_SEEDS, at_run="4bc25f9", gave=PARTLY)),
     Claim(key="sbsnn-siren-1e-5-classic", paper="sbsnn", source="paper",
           text="SIREN fits the 256x256 cameraman to MSE 1e-5 (on [-1, 1] values) in 10,000 iterations (Section 5, "
                "citing Sitzmann et al.), on SIREN's own photograph (the classic cameraman) under SIREN's own "
@@ -949,7 +951,7 @@ CLAIMS = [
                               check=_earlier_updates_check, commits=_REPLACED_BY, replaced=_REPLACED_AT,
                               why="SIREN's reference fitted another image (the classic photograph, as SIREN's code "
                                   "resizes it) than the SBSNN runs (the author's file of it); the reference is now "
-                                  "SIREN on the same image.")),
+                                  "SIREN on the same image.", at_run="9f79468", gave=NOT_REPRODUCED)),
     Claim(key="sbsnn-heldout-generalises", paper="sbsnn", source="check",
           text="The fitted networks represent the image rather than memorise its pixels: fitted to three quarters of "
                "the pixels (the author's protocol, his aggressive schedule, 100 epochs), the author's script network "
