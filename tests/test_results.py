@@ -809,3 +809,19 @@ def test_journal_entries_record_threads_and_edits_and_refuse_wrong_types(chapter
     assert results.entry_problem({"key": "u", "value": 1, "threads": 0}) == "its 'threads' is 0, not an integer >= 1"
     assert results.entry_problem({"key": "u", "value": 1, "edited": "x"}) == "its 'edited' is not a list of strings"
     assert results.entry_problem({"key": "u", "value": 1, "threads": None}) is None  # torch not imported
+
+
+def test_no_executed_notebook_of_a_paper_scale_run_is_kept_in_git():
+    """A run's executed notebook holds the prose and verdicts of its day, which go stale as the chapter changes
+    (the page renders the cache with today's text): git ignores it, and none is committed."""
+    import subprocess
+
+    root = results.repository_root()
+    try:
+        listed = subprocess.run(["git", "ls-files", "book/_results/*/paper/*.ipynb"], cwd=root, capture_output=True,
+                                text=True, check=True, timeout=60).stdout.split()
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", "book/_results/chen_banana/paper/x.ipynb"],
+                                 cwd=root, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("git is not at hand")
+    assert listed == [] and ignored
