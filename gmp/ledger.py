@@ -266,7 +266,14 @@ def _claim_html(claim: Claim) -> str:
     note = "<br><small>(identity checked numerically)</small>" if claim.kind == IDENTITY else ""
     if claim.source in notes:
         note += f"<br><small>{notes[claim.source]}</small>"
+    if claim.baseline:
+        note += f"<br><small>({html.escape(_baseline_label(claim))}, not about the paper's own method)</small>"
     return html.escape(claim.text) + note
+
+
+def _baseline_label(claim: Claim) -> str:
+    """``"a claim about the baseline SIREN"``, for a claim about a baseline (:attr:`gmp.results.Claim.baseline`)."""
+    return f"a claim about the baseline{'s' * (' and ' in claim.baseline)} {claim.baseline}"
 
 
 def _rule_html(claim: Claim) -> str:
@@ -362,7 +369,7 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
     in), whether it is ``"provisional"``, the tally ``"category"`` (:attr:`Judgement.category`), the
     ``"rule_status"``, the ``"earlier"`` verdict (of the earlier rule on the run, where replaced since,
     else None), the ``"paper"`` key, the claim's ``"key"``, its ``"margin"`` (how narrowly the payload decides
-    it, or "") and its ``"earlier_design"`` (``(verdict of its runs kept in a cache or None, verdict at the run
+    it, or ""), the ``"baseline"`` it is about (or "") and its ``"earlier_design"`` (``(verdict of its runs kept in a cache or None, verdict at the run
     seen)`` where the headline design was replaced after a run of it was seen, else None).
     """
     rows = []
@@ -384,7 +391,7 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
                          "Chapter": link, "verdict": j.verdict, "kind": claim.kind, "source": claim.source,
                          "provisional": j.provisional, "category": j.category, "rule_status": j.rule_status,
                          "earlier": None if j.earlier is None else j.earlier[1], "paper": claim.paper,
-                         "key": claim.key, "margin": j.margin,
+                         "key": claim.key, "margin": j.margin, "baseline": claim.baseline,
                          "earlier_design": None if claim.earlier_design is None else (
                              j.design[1] if j.design is not None else None, claim.earlier_design.gave)})
     return rows
@@ -437,7 +444,11 @@ def _summary_html(rows: list[dict[str, Any]], kind: str, source: str) -> str:
         bar = "".join(f'<span class="gmp-bar-segment verdict-{_slug(c)}{" gmp-provisional" * (PROVISIONAL in c)}" '
                       f'style="flex-grow: {n}" data-verdict="{_slug(c)}" data-count="{n}" '
                       f'title="{html.escape(c)}: {n}"></span>' for c, n in present)
+        about = {c: sum(1 for r in rows if r["kind"] == kind and r["source"] == source and r["Paper"] == paper
+                        and r["category"] == c and r.get("baseline")) for c, _ in present}
         words = ", ".join(f'{n} {_verdict_html(c.removesuffix(f" ({PROVISIONAL})"), PROVISIONAL in c, TALLY_REASON)}'
+                          + (f' <small class="gmp-baseline" data-count="{about[c]}">({about[c]} of them about a '
+                             f'baseline, not the paper\'s own method)</small>' if about[c] else "")
                           for c, n in present)
         lines.append(f'<tr data-paper="{_slug(paper_keys[paper])}" data-total="{total}"><th>{paper}</th>'
                      f'<td class="gmp-bar-cell"><span class="gmp-bar">{bar}</span></td>'
@@ -538,6 +549,8 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
     items = []
     labels = {"check": " <small>(our robustness check)</small>",
               "superseded": " <small>(superseded reading)</small>"}
+    about = {claim.key: f" <small>({html.escape(_baseline_label(claim))})</small>"
+             for claim in _results._claims_of(chapter) if claim.baseline}
     for j in judged(chapter):
         number = f'<span class="gmp-verdict-measured">{html.escape(j.measured)}</span>' if j.measured != "—" else ""
         earlier = "" if j.earlier is None else (f'<small> (rule revised after a run; '
@@ -549,7 +562,7 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
         items.append(f'<li data-verdict="{_slug(j.verdict)}"><span class="gmp-verdict-cell">'
                      f'{_verdict_html(j.verdict, j.provisional, j.why_provisional)}</span>'
                      f'<span><a href="{ledger_href}#{claim_anchor(j.claim.key)}">{html.escape(short_text(j.claim))}</a>'
-                     f'{labels.get(j.claim.source, "")}{earlier}{number}</span></li>')
+                     f'{labels.get(j.claim.source, "")}{about.get(j.claim.key, "")}{earlier}{number}</span></li>')
     return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">Verdicts of this chapter '
                 f'(paper scale)</p><ul class="gmp-verdict-list">{"".join(items)}</ul>'
                 '<p class="gmp-verdict-links">Each verdict follows the claim\'s stated rule from the cached '

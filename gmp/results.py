@@ -10,7 +10,7 @@ Layout, for a chapter ``book/<part>/<chapter>.md`` run at some scale::
                             sha256 of every other file of the folder
         <name>.json         one payload per result (plain JSON)
         <name>.npz          optional arrays beside it
-        <chapter>.ipynb     the notebook as papermill executed it
+        <chapter>.ipynb     the notebook as papermill executed it (kept locally, not committed)
 
 Only ``python -m gmp.runs`` writes there: it sets ``GMP_RESULTS_STAGING`` to a private
 folder, the chapter's :meth:`Store.save` calls write into it, and the runner moves it into
@@ -1241,6 +1241,9 @@ class Claim:
     margin: Callable[[Mapping[str, Any]], str] | None = None
     """How narrowly the cached payload decides the verdict (such as one seed deciding a majority), a sentence
     shown beside the verdict, or "" where the margin is wide."""
+    baseline: str = ""
+    """The baseline the claim is about (such as SIREN, or SP and WN), where the paper claims something of a method
+    it compares against rather than of its own: the ledger labels it so, and its tallies count it apart."""
 
     def __post_init__(self):
         if self.kind not in KIND_VERDICTS:

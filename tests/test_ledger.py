@@ -353,3 +353,23 @@ def test_an_earlier_rule_applied_to_a_run_made_after_it_was_replaced_is_not_call
         assert "rule in force at the run" not in text.lower()
         assert "earlier rule applied to this run" in text.lower()
         assert "at its own run (the cache of commit fed4321) it gave reproduced" in text
+
+
+def test_a_claim_about_a_baseline_is_labelled_so_in_its_row_its_verdict_box_and_its_tally(chapter, tmp_path):
+    chapter.CLAIMS = [_claim(baseline="SIREN"), _claim(key="fake-own")]
+    _publish(tmp_path, {"gap": 0.5})
+    rows = {row["key"]: row for row in ledger.ledger_rows()}
+    assert rows["fake-gap"]["baseline"] == "SIREN" and rows["fake-own"]["baseline"] == ""
+    assert "a claim about the baseline SIREN, not about the paper's own method" in rows["fake-gap"]["Claim"]
+    assert "baseline" not in rows["fake-own"]["Claim"]
+    page = results.ledger().data
+    assert '2 <span class="verdict verdict-reproduced">reproduced</span> <small class="gmp-baseline" data-count="1">' in page
+    box = results.verdict_box("fake_chapter").data
+    assert box.count("a claim about the baseline SIREN") == 1
+
+
+def test_the_papers_claims_about_their_baselines_are_labelled():
+    about = {claim.key: claim.baseline for chapter in results.experiment_chapters()
+             for claim in results._claims_of(chapter) if claim.baseline}
+    assert about["sbsnn-siren-1e-5-classic"] == about["sbsnn-siren-1e-5"] == "SIREN"
+    assert about["chen-characteristic-sp-wn-drastic"] == "SP and WN"

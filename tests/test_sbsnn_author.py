@@ -360,3 +360,13 @@ def test_the_seeds_table_lists_the_networks_in_the_order_of_their_claims():
     table = experiment.seeds_table({"seeds": {row: fits(None if row.startswith("abs") else 70) for row in rows}}).data
     assert list(table["network"]) == [experiment.label(r) for r in experiment.SEED_ROWS.values()]
     assert table["first epoch at the claim's target"].iloc[-1] == "56.0 dB whole-image: " + ", ".join(["never"] * 5)
+
+
+def test_sirens_full_batch_curve_puts_each_update_at_its_own_step():
+    """A full-batch fit's first entry is measured before any update (gmp.implicit.FitResult): the curve drawn per
+    update starts after the first, so the step at which it passes a PSNR is the one the claims count."""
+    mse = [4.0, 1.0, 0.5, 0.25]  # after 0, 1, 2 and 3 updates
+    fits = experiment.fits_of({"siren-fullbatch-0": {"mse": mse, "seconds": 3.0, "diverged_at": None}}, 0)
+    curve = fits["siren/fullbatch"]
+    assert curve.train_mse.tolist() == [1.0, 0.5, 0.25] and curve.updates_per_epoch == 1
+    assert curve.seconds.tolist() == [1.0, 2.0, 3.0]
