@@ -85,8 +85,8 @@ class Judgement:
     design: tuple[str, str] | None = None
     """``(measured, verdict)`` of today's rule on the runs of the headline design replaced after one of them was
     seen (:attr:`gmp.results.Claim.earlier_design`), where a cache still holds them."""
-    margin: str = ""
-    """How narrowly the payload decides the verdict (:attr:`gmp.results.Claim.margin`), or ""."""
+    caveat: str = ""
+    """What the verdict rests on that its measurement does not say (:attr:`gmp.results.Claim.caveat`), or ""."""
 
     @property
     def category(self) -> str:
@@ -190,10 +190,10 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         return Judgement(claim, "—", STALE if entry.status == "stale" else CORRUPT)
     status, note, earlier = _rule_status(claim, entry.provenance or {})
     measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
-    why, margin = "", ""
+    why, caveat = "", ""
     if verdict in KIND_VERDICTS[claim.kind]:  # a payload the rule could read
         why = claim.provisional(entry.payload) if callable(claim.provisional) else claim.provisional
-        margin = claim.margin(entry.payload) if claim.margin is not None else ""
+        caveat = claim.caveat(entry.payload) if claim.caveat is not None else ""
     label = ""
     if old is not None:
         date = str((entry.provenance or {}).get("date", "?"))
@@ -201,7 +201,7 @@ def judge(chapter: str, claim: Claim) -> Judgement:
                  f"earlier rule applied to this run (made after it was replaced); {_earlier_gave(claim)}")
     return Judgement(claim, measured, verdict, provisional=bool(why), why_provisional=why,
                      rule_status=status, rule_note=note, earlier=old, earlier_label=label, design=_design(claim),
-                     margin=margin)
+                     caveat=caveat)
 
 
 def judged(chapter: str) -> list[Judgement]:
@@ -318,11 +318,11 @@ def design_sentence(judgement: Judgement) -> str:
 
 
 def _judgement_html(judgement: Judgement) -> str:
-    """The verdict (marked provisional where it is), how narrowly it is decided, the rule's status, the earlier
+    """The verdict (marked provisional where it is), its caveat, the rule's status, the earlier
     rule's verdict and the earlier design's."""
     out = _verdict_html(judgement.verdict, judgement.provisional, judgement.why_provisional)
-    if judgement.margin:
-        out += f'<br><small class="gmp-margin">{html.escape(judgement.margin)}</small>'
+    if judgement.caveat:
+        out += f'<br><small class="gmp-caveat">{html.escape(judgement.caveat)}</small>'
     if judgement.rule_status:
         out += f'<br><small class="gmp-rule-status">{html.escape(judgement.rule_status)}</small>'
     if judgement.earlier is not None:
@@ -368,8 +368,8 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
     ``"kind"`` of claim (``"finding"`` or ``"identity"``), its ``"source"`` (the ledger it is counted
     in), whether it is ``"provisional"``, the tally ``"category"`` (:attr:`Judgement.category`), the
     ``"rule_status"``, the ``"earlier"`` verdict (of the earlier rule on the run, where replaced since,
-    else None), the ``"paper"`` key, the claim's ``"key"``, its ``"margin"`` (how narrowly the payload decides
-    it, or ""), the ``"baseline"`` it is about (or "") and its ``"earlier_design"`` (``(verdict of its runs kept in a cache or None, verdict at the run
+    else None), the ``"paper"`` key, the claim's ``"key"``, its ``"caveat"`` (what the verdict rests on that its
+    measurement does not say, or ""), the ``"baseline"`` it is about (or "") and its ``"earlier_design"`` (``(verdict of its runs kept in a cache or None, verdict at the run
     seen)`` where the headline design was replaced after a run of it was seen, else None).
     """
     rows = []
@@ -391,7 +391,7 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
                          "Chapter": link, "verdict": j.verdict, "kind": claim.kind, "source": claim.source,
                          "provisional": j.provisional, "category": j.category, "rule_status": j.rule_status,
                          "earlier": None if j.earlier is None else j.earlier[1], "paper": claim.paper,
-                         "key": claim.key, "margin": j.margin, "baseline": claim.baseline,
+                         "key": claim.key, "caveat": j.caveat, "baseline": claim.baseline,
                          "earlier_design": None if claim.earlier_design is None else (
                              j.design[1] if j.design is not None else None, claim.earlier_design.gave)})
     return rows
@@ -557,8 +557,8 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
                                                 f'{html.escape(j.earlier_label)}: {_verdict_html(j.earlier[1])})</small>')
         if j.claim.earlier_design is not None:
             earlier += f'<small> ({DESIGN_CHANGED}; the earlier design: {_design_verdicts_html(j)})</small>'
-        if j.margin:
-            earlier += f'<small class="gmp-margin"> ({html.escape(j.margin)})</small>'
+        if j.caveat:
+            earlier += f'<small class="gmp-caveat"> ({html.escape(j.caveat)})</small>'
         items.append(f'<li data-verdict="{_slug(j.verdict)}"><span class="gmp-verdict-cell">'
                      f'{_verdict_html(j.verdict, j.provisional, j.why_provisional)}</span>'
                      f'<span><a href="{ledger_href}#{claim_anchor(j.claim.key)}">{html.escape(short_text(j.claim))}</a>'

@@ -1238,9 +1238,10 @@ class Claim:
     when more seeds have run)."""
     earlier_design: EarlierDesign | None = None
     """The headline design replaced after a paper-scale run of it was seen."""
-    margin: Callable[[Mapping[str, Any]], str] | None = None
-    """How narrowly the cached payload decides the verdict (such as one seed deciding a majority), a sentence
-    shown beside the verdict, or "" where the margin is wide."""
+    caveat: Callable[[Mapping[str, Any]], str] | None = None
+    """What the verdict rests on that its measurement does not say, computed from the cached payload (how narrowly
+    it is decided, such as one seed deciding a majority; what a reference saw): a sentence shown beside the verdict,
+    or "" where there is nothing to add."""
     baseline: str = ""
     """The baseline the claim is about (such as SIREN, or SP and WN), where the paper claims something of a method
     it compares against rather than of its own: the ledger labels it so, and its tallies count it apart."""

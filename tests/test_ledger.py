@@ -317,7 +317,7 @@ def test_a_headline_whose_design_changed_after_a_run_was_seen_shows_the_earlier_
     design = EarlierDesign(design="the old draw", commits="abc1234", changed="2026-11-23 00:00 UTC",
                            why="Chosen after the old draw had been seen.", run="def5678", gave=NOT_REPRODUCED,
                            kept_as=kept.key, chapter="fake_chapter")
-    chapter.CLAIMS = [_claim(earlier_design=design, margin=lambda p: "one seed decides it" if p["gap"] > 0.4 else ""),
+    chapter.CLAIMS = [_claim(earlier_design=design, caveat=lambda p: "one seed decides it" if p["gap"] > 0.4 else ""),
                       kept]
     _publish(tmp_path, {"gap": 0.5})
     folder = tmp_path / "_results" / "fake_chapter" / "paper"
@@ -325,7 +325,7 @@ def test_a_headline_whose_design_changed_after_a_run_was_seen_shows_the_earlier_
     rows = {row["key"]: row for row in ledger.ledger_rows()}
     row = rows["fake-gap"]
     assert row["verdict"] == REPRODUCED and row["earlier_design"] == (REPRODUCED, NOT_REPRODUCED)
-    assert row["margin"] == "one seed decides it" and "one seed decides it" in row["Verdict"]
+    assert row["caveat"] == "one seed decides it" and "one seed decides it" in row["Verdict"]
     assert ledger.DESIGN_CHANGED in row["Verdict"] and "abc1234" in row["Earlier"] and "def5678" in row["Earlier"]
     assert "the old draw" in row["Earlier"] and "cited from the history" in row["Earlier"]
     box = results.verdict_box("fake_chapter").data
@@ -338,7 +338,7 @@ def test_a_headline_whose_design_changed_after_a_run_was_seen_shows_the_earlier_
         ledger.ledger_rows()
     chapter.CLAIMS = [_claim()]
     [row] = ledger.ledger_rows()
-    assert row["earlier_design"] is None and ledger.DESIGN_CHANGED not in row["Verdict"] and not row["margin"]
+    assert row["earlier_design"] is None and ledger.DESIGN_CHANGED not in row["Verdict"] and not row["caveat"]
 
 
 def test_an_earlier_rule_applied_to_a_run_made_after_it_was_replaced_is_not_called_the_rule_in_force_at_it(

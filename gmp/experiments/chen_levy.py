@@ -382,7 +382,7 @@ CLAIMS = [
               why="The change follows the book's principle (the official code where the text is silent: seed 0 is "
                   "now Fig. 2's data), but it was made after that run had been seen. No cache today holds runs on "
                   "the earlier draw, so its verdict can only be cited from the history."),
-          margin=_majority_margin),
+          caveat=_majority_margin),
 ]
 
 
