@@ -545,7 +545,7 @@ CLAIMS = [
           earlier_design=EarlierDesign(
               design="SIREN run in mini-batches of 32 under the author's protocol (three arms: its own constant rate "
                      "1e-4, the figure's schedule, the constant rate 1e-5), compared by whole-image PSNR at epoch 500",
-              commits="this session's commit for issue #37", changed="2026-11-27 18:00 UTC", run="dcc7385",
+              commits="b1b3ef2", changed="2026-11-27 17:59 UTC", run="dcc7385",
               gave=REPRODUCED, check_run=_faster_check, kept_as="sbsnn-fit-faster-author-minibatch",
               chapter="sbsnn_author_figs",
               why="SIREN in mini-batches is not SIREN as its paper runs it: its best arm reaches 34 dB, while under its "
