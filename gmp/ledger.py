@@ -80,8 +80,10 @@ class Judgement:
     """``(measured, verdict)`` of the earlier rule (:attr:`gmp.results.Claim.earlier`) on the run judged, where it
     was replaced."""
     earlier_label: str = ""
-    """What :attr:`earlier` is: the rule in force at the run, or an earlier rule applied to a run made after it was
-    replaced (then with what it gave at its own run, where known)."""
+    """What :attr:`earlier` is: the rule in force at the run, or an earlier rule applied to a later run."""
+    earlier_gave: str = ""
+    """Where :attr:`earlier` is an earlier rule applied to a later run: what it gave at its own run (cited), or that
+    this is not recorded."""
     design: tuple[str, str] | None = None
     """``(measured, verdict)`` of today's rule on the runs of the headline design replaced after one of them was
     seen (:attr:`gmp.results.Claim.earlier_design`), where a cache still holds them."""
@@ -194,14 +196,15 @@ def judge(chapter: str, claim: Claim) -> Judgement:
     if verdict in KIND_VERDICTS[claim.kind]:  # a payload the rule could read
         why = claim.provisional(entry.payload) if callable(claim.provisional) else claim.provisional
         caveat = claim.caveat(entry.payload) if claim.caveat is not None else ""
-    label = ""
+    label, gave = "", ""
     if old is not None:
         date = str((entry.provenance or {}).get("date", "?"))
-        label = ("rule in force at the run" if date < claim.earlier.replaced else
-                 f"earlier rule applied to this run (made after it was replaced); {_earlier_gave(claim)}")
+        after = date >= claim.earlier.replaced
+        label = "earlier rule applied to this later run" if after else "rule in force at the run"
+        gave = _earlier_gave(claim) if after else ""
     return Judgement(claim, measured, verdict, provisional=bool(why), why_provisional=why,
-                     rule_status=status, rule_note=note, earlier=old, earlier_label=label, design=_design(claim),
-                     caveat=caveat)
+                     rule_status=status, rule_note=note, earlier=old, earlier_label=label,
+                     earlier_gave=gave if old is not None else "", design=_design(claim), caveat=caveat)
 
 
 def judged(chapter: str) -> list[Judgement]:
@@ -326,8 +329,9 @@ def _judgement_html(judgement: Judgement) -> str:
     if judgement.rule_status:
         out += f'<br><small class="gmp-rule-status">{html.escape(judgement.rule_status)}</small>'
     if judgement.earlier is not None:
+        gave = f"; {html.escape(judgement.earlier_gave)}" if judgement.earlier_gave else ""
         out += (f'<br><small class="gmp-rule-earlier">{html.escape(judgement.earlier_label)}: '
-                f'{_verdict_html(judgement.earlier[1])}</small>')
+                f'{_verdict_html(judgement.earlier[1])}{gave}</small>')
     if judgement.claim.earlier_design is not None:
         out += (f'<br><small class="gmp-design-earlier">{DESIGN_CHANGED}; the earlier design: '
                 f'{_design_verdicts_html(judgement)}</small>')
@@ -380,7 +384,9 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
             earlier = "" if j.earlier is None else (
                 f'<p><strong>{html.escape(j.earlier_label[0].upper() + j.earlier_label[1:])}</strong> (replaced since, '
                 f'kept in code): {html.escape(claim.earlier.rule)}<br>On this run it gives '
-                f'{_verdict_html(j.earlier[1])}: {html.escape(j.earlier[0])}</p>')
+                f'{_verdict_html(j.earlier[1])}: {html.escape(j.earlier[0])}'
+                + (f'<br>{html.escape(j.earlier_gave[0].upper() + j.earlier_gave[1:])}.' if j.earlier_gave else "")
+                + '</p>')
             if claim.earlier_design is not None:
                 earlier += f'<p><strong>Earlier design.</strong> {design_sentence(j)}</p>'
             rows.append({"Paper": html.escape(PAPERS.get(claim.paper, claim.paper)),
@@ -553,8 +559,10 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
              for claim in _results._claims_of(chapter) if claim.baseline}
     for j in judged(chapter):
         number = f'<span class="gmp-verdict-measured">{html.escape(j.measured)}</span>' if j.measured != "—" else ""
+        gave = f"; {html.escape(j.earlier_gave)}" if j.earlier_gave else ""
         earlier = "" if j.earlier is None else (f'<small> (rule revised after a run; '
-                                                f'{html.escape(j.earlier_label)}: {_verdict_html(j.earlier[1])})</small>')
+                                                f'{html.escape(j.earlier_label)}: {_verdict_html(j.earlier[1])}{gave})'
+                                                f'</small>')
         if j.claim.earlier_design is not None:
             earlier += f'<small> ({DESIGN_CHANGED}; the earlier design: {_design_verdicts_html(j)})</small>'
         if j.caveat:

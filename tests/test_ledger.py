@@ -352,8 +352,8 @@ def test_an_earlier_rule_applied_to_a_run_made_after_it_was_replaced_is_not_call
     box = results.verdict_box("fake_chapter").data
     for text in (row["Verdict"], row["Earlier"], box):
         assert "rule in force at the run" not in text.lower()
-        assert "earlier rule applied to this run" in text.lower()
-        assert "at its own run (the cache of commit fed4321) it gave reproduced" in text
+        assert "earlier rule applied to this later run" in text.lower()
+        assert "at its own run (the cache of commit fed4321) it gave reproduced" in text.lower()
 
 
 def test_a_claim_about_a_baseline_is_labelled_so_in_its_row_its_verdict_box_and_its_tally(chapter, tmp_path):
