@@ -390,7 +390,9 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
             if claim.earlier_design is not None:
                 earlier += f'<p><strong>Earlier design.</strong> {design_sentence(j)}</p>'
             rows.append({"Paper": html.escape(PAPERS.get(claim.paper, claim.paper)),
-                         "Claim": _claim_html(claim), "Short": html.escape(short_text(claim)),
+                         "Claim": _claim_html(claim), "Short": html.escape(short_text(claim)) + (
+                             f' <small class="gmp-baseline">(about the baseline{"s" * (" and " in claim.baseline)} '
+                             f'{html.escape(claim.baseline)})</small>' if claim.baseline else ""),
                          "Rule": _rule_html(claim), "Rule status": html.escape(j.rule_note), "Earlier": earlier,
                          "Note": html.escape(claim.note),
                          "Measured at paper scale": html.escape(j.measured), "Verdict": _judgement_html(j),

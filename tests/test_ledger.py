@@ -362,7 +362,8 @@ def test_a_claim_about_a_baseline_is_labelled_so_in_its_row_its_verdict_box_and_
     rows = {row["key"]: row for row in ledger.ledger_rows()}
     assert rows["fake-gap"]["baseline"] == "SIREN" and rows["fake-own"]["baseline"] == ""
     assert "a claim about the baseline SIREN, not about the paper's own method" in rows["fake-gap"]["Claim"]
-    assert "baseline" not in rows["fake-own"]["Claim"]
+    assert "baseline" not in rows["fake-own"]["Claim"] + rows["fake-own"]["Short"]
+    assert "(about the baseline SIREN)" in rows["fake-gap"]["Short"]
     page = results.ledger().data
     assert '2 <span class="verdict verdict-reproduced">reproduced</span> <small class="gmp-baseline" data-count="1">' in page
     box = results.verdict_box("fake_chapter").data
