@@ -80,10 +80,9 @@ class Judgement:
     """``(measured, verdict)`` of the earlier rule (:attr:`gmp.results.Claim.earlier`) on the run judged, where it
     was replaced."""
     earlier_label: str = ""
-    """What :attr:`earlier` is: the rule in force at the run, or an earlier rule applied to a later run."""
+    """The name of :attr:`earlier`, "rule in force at the run" or "earlier rule applied to this later run"."""
     earlier_gave: str = ""
-    """Where :attr:`earlier` is an earlier rule applied to a later run: what it gave at its own run (cited), or that
-    this is not recorded."""
+    """The verdict an earlier rule applied to a later run gave at its own run (cited), or that it is not recorded."""
     design: tuple[str, str] | None = None
     """``(measured, verdict)`` of today's rule on the runs of the headline design replaced after one of them was
     seen (:attr:`gmp.results.Claim.earlier_design`), where a cache still holds them."""
