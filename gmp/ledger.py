@@ -203,7 +203,7 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         gave = _earlier_gave(claim) if after else ""
     return Judgement(claim, measured, verdict, provisional=bool(why), why_provisional=why,
                      rule_status=status, rule_note=note, earlier=old, earlier_label=label,
-                     earlier_gave=gave if old is not None else "", design=_design(claim), caveat=caveat)
+                     earlier_gave=gave, design=_design(claim), caveat=caveat)
 
 
 def judged(chapter: str) -> list[Judgement]:
@@ -275,7 +275,12 @@ def _claim_html(claim: Claim) -> str:
 
 def _baseline_label(claim: Claim) -> str:
     """``"a claim about the baseline SIREN"``, for a claim about a baseline (:attr:`gmp.results.Claim.baseline`)."""
-    return f"a claim about the baseline{'s' * (' and ' in claim.baseline)} {claim.baseline}"
+    return f"a claim about {_baseline_words(claim)}"
+
+
+def _baseline_words(claim: Claim) -> str:
+    """``"the baseline SIREN"`` or ``"the baselines SP and WN"``: what a claim about a baseline is about."""
+    return f"the baseline{'s' * (' and ' in claim.baseline)} {claim.baseline}"
 
 
 def _rule_html(claim: Claim) -> str:
@@ -390,8 +395,8 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
                 earlier += f'<p><strong>Earlier design.</strong> {design_sentence(j)}</p>'
             rows.append({"Paper": html.escape(PAPERS.get(claim.paper, claim.paper)),
                          "Claim": _claim_html(claim), "Short": html.escape(short_text(claim)) + (
-                             f' <small class="gmp-baseline">(about the baseline{"s" * (" and " in claim.baseline)} '
-                             f'{html.escape(claim.baseline)})</small>' if claim.baseline else ""),
+                             f' <small class="gmp-baseline">(about {html.escape(_baseline_words(claim))})</small>'
+                             if claim.baseline else ""),
                          "Rule": _rule_html(claim), "Rule status": html.escape(j.rule_note), "Earlier": earlier,
                          "Note": html.escape(claim.note),
                          "Measured at paper scale": html.escape(j.measured), "Verdict": _judgement_html(j),
