@@ -78,8 +78,17 @@ class Judgement:
     rule_note: str = ""
     """The sentence on :attr:`rule_status`."""
     earlier: tuple[str, str] | None = None
-    """``(measured, verdict)`` of the rule in force at the run (:attr:`gmp.results.Claim.earlier`), where it
+    """``(measured, verdict)`` of the earlier rule (:attr:`gmp.results.Claim.earlier`) on the run judged, where it
     was replaced."""
+    earlier_label: str = ""
+    """The name of :attr:`earlier`, "rule in force at the run" or "earlier rule applied to this later run"."""
+    earlier_gave: str = ""
+    """The verdict an earlier rule applied to a later run gave at its own run (cited), or that it is not recorded."""
+    design: tuple[str, str] | None = None
+    """``(measured, verdict)`` of today's rule on the runs of the headline design replaced after one of them was
+    seen (:attr:`gmp.results.Claim.earlier_design`), where a cache still holds them."""
+    caveat: str = ""
+    """What the verdict rests on that its measurement does not say (:attr:`gmp.results.Claim.caveat`), or ""."""
 
     @property
     def category(self) -> str:
@@ -98,21 +107,54 @@ def _rule_status(claim: Claim, provenance: Mapping[str, Any]) -> tuple[str, str,
                          "today's rule's; the verdict is today's rule's."), False
     if claim.earlier is not None:  # revised after a run of this design: shown even beside a later run
         why = f" {claim.earlier.why}" if claim.earlier.why else ""
-        when = (f"after the run ({date})" if date < claim.earlier.replaced else
-                f"after an earlier paper-scale run of this experiment; this run ({date}) came after the revision")
-        return REVISED, f"RULE REVISED {when} by {claim.earlier.commits} ({claim.earlier.replaced}).{why}", True
+        if date < claim.earlier.replaced:
+            return REVISED, (f"RULE REVISED after the run ({date}) by {claim.earlier.commits} "
+                             f"({claim.earlier.replaced}).{why}"), True
+        return REVISED, (f"RULE REVISED after an earlier paper-scale run of this experiment; this run ({date}) came "
+                         f"after the revision by {claim.earlier.commits} ({claim.earlier.replaced}), so the earlier "
+                         f"rule shown beside today's is applied to this run; {_earlier_gave(claim)}.{why}"), True
     carried = provenance.get("carried_units") if isinstance(provenance.get("carried_units"), dict) else {}
     n_carried = sum(c.get("units", 0) for c in carried.values() if isinstance(c, dict))
     if rules is not None and claim.key in rules and n_carried:
         return UNKNOWN, (f"The hash of the rule recorded with the run ({date}) matches today's rule, but {n_carried} of "
                          f"the run's units were carried over from earlier runs ({'; '.join(carried)}), computed "
                          f"before it: whether the rule was fixed before those is unknown."), False
+    resumed = provenance.get("resumed_code") if isinstance(provenance.get("resumed_code"), dict) else {}
+    n_other = resumed.get("other_code_units", 0) + resumed.get("code_not_recorded_units", 0)
+    if rules is not None and claim.key in rules and n_other:
+        changed = ", ".join(resumed.get("changed_modules", [])) or "not recorded"
+        return UNKNOWN, (f"The hash of the rule recorded with the run ({date}) matches today's rule, but the run "
+                         f"resumed {n_other} units that earlier code computed (modules changed since: {changed}), "
+                         f"and a run records the rules only when it is assembled: whether the rule was fixed "
+                         f"before those units is unknown."), False
     if rules is not None and claim.key in rules:
         return FIXED, "The hash of the rule recorded with the run matches today's rule.", False
     if rules is not None:
         return REVISED, "The run recorded no rule of this claim: the claim or its rule was written after the run.", False
     return UNKNOWN, (f"Unknown whether the rule was fixed before the run ({date}): the run recorded no rule "
                      f"hashes (it predates them), and no replaced rule is known."), False
+
+
+def _earlier_gave(claim: Claim) -> str:
+    """What the earlier rule of ``claim`` gave at its own run, as cited from history, or that it is not recorded."""
+    if claim.earlier.gave:
+        return (f"at its own run (the cache of commit {claim.earlier.at_run}) it gave {claim.earlier.gave}, cited "
+                f"from the history")
+    return "what it gave at its own run is not recorded here"
+
+
+def _design(claim: Claim) -> tuple[str, str] | None:
+    """``(measured, verdict)`` of today's rule on the cached runs of ``claim``'s earlier headline design (the check
+    it was kept as, judged as the ledger judges it), or None where it was not kept."""
+    design = claim.earlier_design
+    if design is None or not design.kept_as:
+        return None
+    found = [c for c in _results._claims_of(design.chapter) if c.key == design.kept_as]
+    if not found:
+        raise ValueError(f"claim {claim.key!r}: its earlier design is kept as {design.kept_as!r}, which chapter "
+                         f"{design.chapter!r} does not hold; name the check that judges the earlier design's runs")
+    kept = judge(design.chapter, found[0])
+    return kept.measured, kept.verdict
 
 
 def _evaluate(claim: Claim, payload: Mapping[str, Any], where: str,
@@ -166,11 +208,19 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         return Judgement(claim, "—", STALE if entry.status == "stale" else CORRUPT)
     status, note, earlier = _rule_status(claim, entry.provenance or {})
     measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
-    why = ""
+    why, caveat = "", ""
     if verdict in KIND_VERDICTS[claim.kind]:  # a payload the rule could read
         why = claim.provisional(entry.payload) if callable(claim.provisional) else claim.provisional
+        caveat = claim.caveat(entry.payload) if claim.caveat is not None else ""
+    label, gave = "", ""
+    if old is not None:
+        date = str((entry.provenance or {}).get("date", "?"))
+        after = date >= claim.earlier.replaced
+        label = "earlier rule applied to this later run" if after else "rule in force at the run"
+        gave = _earlier_gave(claim) if after else ""
     return Judgement(claim, measured, verdict, provisional=bool(why), why_provisional=why,
-                     rule_status=status, rule_note=note, earlier=old)
+                     rule_status=status, rule_note=note, earlier=old, earlier_label=label,
+                     earlier_gave=gave, design=_design(claim), caveat=caveat)
 
 
 def judged(chapter: str) -> list[Judgement]:
@@ -235,7 +285,19 @@ def _claim_html(claim: Claim) -> str:
     note = "<br><small>(identity checked numerically)</small>" if claim.kind == IDENTITY else ""
     if claim.source in notes:
         note += f"<br><small>{notes[claim.source]}</small>"
+    if claim.baseline:
+        note += f"<br><small>({html.escape(_baseline_label(claim))}, not about the paper's own method)</small>"
     return html.escape(claim.text) + note
+
+
+def _baseline_label(claim: Claim) -> str:
+    """``"a claim about the baseline SIREN"``, for a claim about a baseline (:attr:`gmp.results.Claim.baseline`)."""
+    return f"a claim about {_baseline_words(claim)}"
+
+
+def _baseline_words(claim: Claim) -> str:
+    """``"the baseline SIREN"`` or ``"the baselines SP and WN"``: what a claim about a baseline is about."""
+    return f"the baseline{'s' * (' and ' in claim.baseline)} {claim.baseline}"
 
 
 def _rule_html(claim: Claim) -> str:
@@ -248,14 +310,52 @@ def _rule_html(claim: Claim) -> str:
     return "<br>".join(parts)
 
 
+DESIGN_CHANGED = "headline design changed after a run of it was seen"
+"""How the ledger marks a claim whose headline design was replaced after a run of it was seen
+(:attr:`gmp.results.Claim.earlier_design`)."""
+
+
+def _design_verdicts_html(judgement: Judgement) -> str:
+    """The earlier design's verdicts in short: today's rule on its runs kept in a cache (computed), and at the run
+    of it that was seen (cited)."""
+    design = judgement.claim.earlier_design
+    parts = []
+    if judgement.design is not None:
+        parts.append(f"its runs kept as a check give {_verdict_html(judgement.design[1])}")
+    parts.append(f"the run seen (commit {html.escape(design.run)}) gave {_verdict_html(design.gave)}")
+    return "; ".join(parts)
+
+
+def design_sentence(judgement: Judgement) -> str:
+    """In words (HTML): the headline design that was replaced after a run of it was seen, what it gave at that run
+    (cited from the history) and what today's rule gives on its runs where a cache keeps them (computed)."""
+    design = judgement.claim.earlier_design
+    kept = ("" if judgement.design is None else
+            f" Today's rule on the earlier design's runs, kept as the check {html.escape(design.kept_as)} of "
+            f"{html.escape(design.chapter)}, gives "
+            f"{_verdict_html(judgement.design[1])}: {html.escape(judgement.design[0])}.")
+    return (f"{DESIGN_CHANGED.upper()}: until {html.escape(design.commits)} ({html.escape(design.changed)}) the "
+            f"headline was {html.escape(design.design)}. The run of it seen before the change (the cache of commit "
+            f"{html.escape(design.run)}) gave {_verdict_html(design.gave)} by today's rule (cited from the history; "
+            f"tests/test_ledger.py recomputes it where the history is at hand).{kept} {html.escape(design.why)} "
+            f"Today's verdict is the current design's: {_verdict_html(judgement.verdict)}.")
+
+
 def _judgement_html(judgement: Judgement) -> str:
-    """The verdict (marked provisional where it is), the rule's status and the earlier rule's verdict."""
+    """The verdict (marked provisional where it is), its caveat, the rule's status, the earlier
+    rule's verdict and the earlier design's."""
     out = _verdict_html(judgement.verdict, judgement.provisional, judgement.why_provisional)
+    if judgement.caveat:
+        out += f'<br><small class="gmp-caveat">{html.escape(judgement.caveat)}</small>'
     if judgement.rule_status:
         out += f'<br><small class="gmp-rule-status">{html.escape(judgement.rule_status)}</small>'
     if judgement.earlier is not None:
-        out += (f'<br><small class="gmp-rule-earlier">rule in force at the run: '
-                f'{_verdict_html(judgement.earlier[1])}</small>')
+        gave = f"; {html.escape(judgement.earlier_gave)}" if judgement.earlier_gave else ""
+        out += (f'<br><small class="gmp-rule-earlier">{html.escape(judgement.earlier_label)}: '
+                f'{_verdict_html(judgement.earlier[1])}{gave}</small>')
+    if judgement.claim.earlier_design is not None:
+        out += (f'<br><small class="gmp-design-earlier">{DESIGN_CHANGED}; the earlier design: '
+                f'{_design_verdicts_html(judgement)}</small>')
     return out
 
 
@@ -292,8 +392,10 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
     "Measured at paper scale", "Verdict", "Chapter") and, in plain text, the ``"verdict"``, the
     ``"kind"`` of claim (``"finding"`` or ``"identity"``), its ``"source"`` (the ledger it is counted
     in), whether it is ``"provisional"``, the tally ``"category"`` (:attr:`Judgement.category`), the
-    ``"rule_status"``, the ``"earlier"`` verdict (of the rule in force at the run, where replaced since,
-    else None), the ``"paper"`` key and the claim's ``"key"``.
+    ``"rule_status"``, the ``"earlier"`` verdict (of the earlier rule on the run, where replaced since,
+    else None), the ``"paper"`` key, the claim's ``"key"``, its ``"caveat"`` (what the verdict rests on that its
+    measurement does not say, or ""), the ``"baseline"`` it is about (or "") and its ``"earlier_design"`` (``(verdict of its runs kept in a cache or None, verdict at the run
+    seen)`` where the headline design was replaced after a run of it was seen, else None).
     """
     rows = []
     for chapter in _results.experiment_chapters():
@@ -301,18 +403,26 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
         for j in judged(chapter):
             claim = j.claim
             earlier = "" if j.earlier is None else (
-                f'<p><strong>Rule in force at the run</strong> (replaced since, kept in code): '
-                f'{html.escape(claim.earlier.rule)}<br>It gives {_verdict_html(j.earlier[1])}: '
-                f'{html.escape(j.earlier[0])}</p>')
+                f'<p><strong>{html.escape(j.earlier_label[0].upper() + j.earlier_label[1:])}</strong> (replaced since, '
+                f'kept in code): {html.escape(claim.earlier.rule)}<br>On this run it gives '
+                f'{_verdict_html(j.earlier[1])}: {html.escape(j.earlier[0])}'
+                + (f'<br>{html.escape(j.earlier_gave[0].upper() + j.earlier_gave[1:])}.' if j.earlier_gave else "")
+                + '</p>')
+            if claim.earlier_design is not None:
+                earlier += f'<p><strong>Earlier design.</strong> {design_sentence(j)}</p>'
             rows.append({"Paper": html.escape(PAPERS.get(claim.paper, claim.paper)),
-                         "Claim": _claim_html(claim), "Short": html.escape(short_text(claim)),
+                         "Claim": _claim_html(claim), "Short": html.escape(short_text(claim)) + (
+                             f' <small class="gmp-baseline">(about {html.escape(_baseline_words(claim))})</small>'
+                             if claim.baseline else ""),
                          "Rule": _rule_html(claim), "Rule status": html.escape(j.rule_note), "Earlier": earlier,
                          "Note": html.escape(claim.note),
                          "Measured at paper scale": html.escape(j.measured), "Verdict": _judgement_html(j),
                          "Chapter": link, "verdict": j.verdict, "kind": claim.kind, "source": claim.source,
                          "provisional": j.provisional, "category": j.category, "rule_status": j.rule_status,
                          "earlier": None if j.earlier is None else j.earlier[1], "paper": claim.paper,
-                         "key": claim.key})
+                         "key": claim.key, "caveat": j.caveat, "baseline": claim.baseline,
+                         "earlier_design": None if claim.earlier_design is None else (
+                             j.design[1] if j.design is not None else None, claim.earlier_design.gave)})
     return rows
 
 
@@ -363,7 +473,11 @@ def _summary_html(rows: list[dict[str, Any]], kind: str, source: str) -> str:
         bar = "".join(f'<span class="gmp-bar-segment verdict-{_slug(c)}{" gmp-provisional" * (PROVISIONAL in c)}" '
                       f'style="flex-grow: {n}" data-verdict="{_slug(c)}" data-count="{n}" '
                       f'title="{html.escape(c)}: {n}"></span>' for c, n in present)
+        about = {c: sum(1 for r in rows if r["kind"] == kind and r["source"] == source and r["Paper"] == paper
+                        and r["category"] == c and r.get("baseline")) for c, _ in present}
         words = ", ".join(f'{n} {_verdict_html(c.removesuffix(f" ({PROVISIONAL})"), PROVISIONAL in c, TALLY_REASON)}'
+                          + (f' <small class="gmp-baseline" data-count="{about[c]}">({about[c]} of them about a '
+                             f'baseline, not the paper\'s own method)</small>' if about[c] else "")
                           for c, n in present)
         lines.append(f'<tr data-paper="{_slug(paper_keys[paper])}" data-total="{total}"><th>{paper}</th>'
                      f'<td class="gmp-bar-cell"><span class="gmp-bar">{bar}</span></td>'
@@ -464,14 +578,22 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
     items = []
     labels = {"check": " <small>(our robustness check)</small>",
               "superseded": " <small>(superseded reading)</small>"}
+    about = {claim.key: f" <small>({html.escape(_baseline_label(claim))})</small>"
+             for claim in _results._claims_of(chapter) if claim.baseline}
     for j in judged(chapter):
         number = f'<span class="gmp-verdict-measured">{html.escape(j.measured)}</span>' if j.measured != "—" else ""
-        earlier = "" if j.earlier is None else (f'<small> (rule revised after the run; the rule in force at it '
-                                                f'gives {_verdict_html(j.earlier[1])})</small>')
+        gave = f"; {html.escape(j.earlier_gave)}" if j.earlier_gave else ""
+        earlier = "" if j.earlier is None else (f'<small> (rule revised after a run; '
+                                                f'{html.escape(j.earlier_label)}: {_verdict_html(j.earlier[1])}{gave})'
+                                                f'</small>')
+        if j.claim.earlier_design is not None:
+            earlier += f'<small> ({DESIGN_CHANGED}; the earlier design: {_design_verdicts_html(j)})</small>'
+        if j.caveat:
+            earlier += f'<small class="gmp-caveat"> ({html.escape(j.caveat)})</small>'
         items.append(f'<li data-verdict="{_slug(j.verdict)}"><span class="gmp-verdict-cell">'
                      f'{_verdict_html(j.verdict, j.provisional, j.why_provisional)}</span>'
                      f'<span><a href="{ledger_href}#{claim_anchor(j.claim.key)}">{html.escape(short_text(j.claim))}</a>'
-                     f'{labels.get(j.claim.source, "")}{earlier}{number}</span></li>')
+                     f'{labels.get(j.claim.source, "")}{about.get(j.claim.key, "")}{earlier}{number}</span></li>')
     return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">Verdicts of this chapter '
                 f'(paper scale)</p><ul class="gmp-verdict-list">{"".join(items)}</ul>'
                 '<p class="gmp-verdict-links">Each verdict follows the claim\'s stated rule from the cached '

@@ -10,7 +10,7 @@ Layout, for a chapter ``book/<part>/<chapter>.md`` run at some scale::
                             sha256 of every other file of the folder
         <name>.json         one payload per result (plain JSON)
         <name>.npz          optional arrays beside it
-        <chapter>.ipynb     the notebook as papermill executed it
+        <chapter>.ipynb     the notebook as papermill executed it (kept locally, not committed)
 
 Only ``python -m gmp.runs`` writes there: it sets ``GMP_RESULTS_STAGING`` to a private
 folder, the chapter's :meth:`Store.save` calls write into it, and the runner moves it into
@@ -1204,6 +1204,35 @@ class EarlierRule:
     commits: str
     replaced: str
     why: str = ""
+    at_run: str = ""
+    """The commit whose paper-scale cache was the earlier rule's own run, the last before ``replaced``, where a
+    later run is the one judged today."""
+    gave: str = ""
+    """The verdict the earlier rule gave at ``at_run``, cited from history (``tests/test_ledger.py`` recomputes it
+    from ``git show`` of that cache where the history is at hand)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlierDesign:
+    """A headline design (data draw, initialisation, protocol, which arm is the headline) that was replaced after
+    a paper-scale run of it had been seen, kept so that the ledger shows its verdict beside today's.
+
+    ``design`` says what it was; ``commits`` replaced it on ``changed`` (``"YYYY-MM-DD HH:MM UTC"``), ``why``.
+    ``run`` is the commit whose cache held the run of it that was seen, and ``gave`` the verdict of today's rule
+    on that run (``check_run`` judges the cache of ``run``, default the claim's check), cited from history and
+    recomputed by ``tests/test_ledger.py`` from ``git show`` where the history is at hand. Where the earlier design
+    was kept as a check, the claim ``kept_as`` of ``chapter`` judges its runs by today's rule on today's cache, so
+    that verdict is computed, not cited."""
+
+    design: str
+    commits: str
+    changed: str
+    why: str
+    run: str
+    gave: str
+    check_run: Callable[[Mapping[str, Any]], tuple[str, str]] | None = None
+    kept_as: str = ""
+    chapter: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1248,6 +1277,15 @@ class Claim:
     the spread of single runs): the ledger marks it so, with this reason, and counts it apart. It may also be a
     function of the cached payload giving the reason, or "" once the payload decides the verdict (such as
     when more seeds have run)."""
+    earlier_design: EarlierDesign | None = None
+    """The headline design replaced after a paper-scale run of it was seen."""
+    caveat: Callable[[Mapping[str, Any]], str] | None = None
+    """What the verdict rests on that its measurement does not say, computed from the cached payload (how narrowly
+    it is decided, such as one seed deciding a majority; what a reference saw): a sentence shown beside the verdict,
+    or "" where there is nothing to add."""
+    baseline: str = ""
+    """The baseline the claim is about (such as SIREN, or SP and WN), where the paper claims something of a method
+    it compares against rather than of its own: the ledger labels it so, and its tallies count it apart."""
 
     def __post_init__(self):
         if self.kind not in KIND_VERDICTS:

@@ -848,3 +848,19 @@ def test_the_ledger_judges_a_rule_that_cannot_take_a_perfect_seeds_infinity_inco
                                                            "payload_sha256": results.payload_hashes(folder)})
     with pytest.raises(ValueError, match="finite differences"):
         ledger.judge("fake_chapter", claim)
+
+
+def test_no_executed_notebook_of_a_paper_scale_run_is_kept_in_git():
+    """A run's executed notebook holds the prose and verdicts of its day, which go stale as the chapter changes
+    (the page renders the cache with today's text): git ignores it, and none is committed."""
+    import subprocess
+
+    root = results.repository_root()
+    try:
+        listed = subprocess.run(["git", "ls-files", "book/_results/*/paper/*.ipynb"], cwd=root, capture_output=True,
+                                text=True, check=True, timeout=60).stdout.split()
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", "book/_results/chen_banana/paper/x.ipynb"],
+                                 cwd=root, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("git is not at hand")
+    assert listed == [] and ignored

@@ -334,21 +334,48 @@ def test_thin_margin_verdicts_say_provisional_one_seed():
 def test_the_reverse_ablation_attributes_only_what_its_intervals_separate():
     def payload(batch, text):
         rows = [{"arm": 0, "name": "the author's protocol", "seeds": [0, 1, 2], "final_psnr": [70.0] * 3,
-                 "mean_psnr": 70.0}]
+                 "mean_psnr": 70.0, "passes": [67, 70, 80]}]
         for arm, diffs in ((experiment.MINIBATCH_ARM, batch), (experiment.TEXT_ARM, text)):
             rows.append({"arm": arm, "name": experiment.REVERSE_ABLATION[arm]["name"], "seeds": [0, 1, 2],
                          "final_psnr": [70.0 + d for d in diffs], "mean_psnr": 70.0 + sum(diffs) / 3,
-                         "difference": experiment.paired_interval(diffs)})
+                         "difference": experiment.paired_interval(diffs), "passes": [70, 70, 70],
+                         "passes_difference": experiment.paired_interval([3, 0, -10])})
         return {"reverse": rows}
 
     decided = payload([-60.0, -62.0, -58.0], [3.0, -2.0, 1.0])
-    assert "comes from mini-batch epochs;" in experiment.why_reading(decided)
-    assert "comes from" not in experiment.why_reading(payload([-60.0, -62.0, -58.0], [-9.0, -10.0, -8.0]))
-    assert "comes from" not in experiment.why_reading(payload([-60.0, 20.0, -58.0], [3.0, -2.0, 1.0]))
     reading = experiment.reverse_reading(decided)
     separated, level = reading.split("These seeds do not separate")
     assert "full-batch" in separated and "text's encoder" in level
     assert experiment.why_reading({"reverse": decided["reverse"][:2]}) == "The reverse ablation has not run yet."
+
+
+def test_the_encoder_is_judged_in_passes_to_sirens_accuracy_with_every_arm_and_what_three_seeds_can_tell():
+    """The claim is about speed: each arm's passes to 56.0 dB by seed, its paired difference from the author's
+    protocol, the interval's half-width that three seeds give, and no conclusion the seeds do not show."""
+    def payload(text_passes, depth_passes=(69, 67, 76), depth_psnr=(-9.0, -10.0, -9.3)):
+        base = [67, 70, 80]
+        rows = [{"arm": 0, "name": "the author's protocol", "seeds": [0, 1, 2], "final_psnr": [73.6] * 3,
+                 "mean_psnr": 73.6, "passes": base}]
+        arms = ((experiment.MINIBATCH_ARM, [None] * 3, (-60.0, -62.0, -58.0)),
+                (experiment.TEXT_ARM, list(text_passes), (3.0, -2.0, 1.0)),
+                (experiment.TEXT_ARM + 1, list(depth_passes), depth_psnr))
+        for arm, passes, diffs in arms:
+            rows.append({"arm": arm, "name": experiment.REVERSE_ABLATION[arm]["name"], "seeds": [0, 1, 2],
+                         "final_psnr": [73.6 + d for d in diffs], "mean_psnr": 73.6 + sum(diffs) / 3,
+                         "difference": experiment.paired_interval(list(diffs)), "passes": passes,
+                         "passes_difference": None if None in passes else
+                         experiment.paired_interval([a - b for a, b in zip(passes, base)])})
+        return {"reverse": rows}
+
+    level = experiment.why_reading(payload((77, 79, 76)))
+    assert "the author's protocol needs 67/70/80" in level and "77/79/76 (+5 passes, 95% interval -14 to +24)" in level
+    assert "69/67/76 (-2 passes" in level and "full-batch updates): never/never/never" in level
+    assert "±19 passes" in level and "±8 passes" in level and "4.30/√3" in level
+    assert "neither arm without the aliasing encoder separates" in level and "not needed" not in level
+    assert "-9.4 dB from his" in level and "beyond noise" in level  # the depth-kept arm after the run's passes
+    slower = experiment.why_reading(payload((90, 92, 95)))
+    assert "slower in passes beyond these seeds' noise" in slower and "neither arm" not in slower
+    assert "slower in passes beyond" in experiment.why_reading(payload((77, None, 76)))
 
 
 def test_the_seeds_table_lists_the_networks_in_the_order_of_their_claims():
@@ -360,3 +387,33 @@ def test_the_seeds_table_lists_the_networks_in_the_order_of_their_claims():
     table = experiment.seeds_table({"seeds": {row: fits(None if row.startswith("abs") else 70) for row in rows}}).data
     assert list(table["network"]) == [experiment.label(r) for r in experiment.SEED_ROWS.values()]
     assert table["first epoch at the claim's target"].iloc[-1] == "56.0 dB whole-image: " + ", ".join(["never"] * 5)
+
+
+def test_sirens_full_batch_curve_puts_each_update_at_its_own_step():
+    """A full-batch fit's first entry is measured before any update (gmp.implicit.FitResult): the curve drawn per
+    update starts after the first, so the step at which it passes a PSNR is the one the claims count."""
+    mse = [4.0, 1.0, 0.5, 0.25]  # after 0, 1, 2 and 3 updates
+    fits = experiment.fits_of({"siren-fullbatch-0": {"mse": mse, "seconds": 3.0, "diverged_at": None}}, 0)
+    curve = fits["siren/fullbatch"]
+    assert curve.train_mse.tolist() == [1.0, 0.5, 0.25] and curve.updates_per_epoch == 1
+    assert curve.seconds.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_the_held_out_fits_are_read_against_nearest_neighbour_and_sirens_kept_pixels():
+    def mask(seed, script, sin, nearest):
+        return {"heldout_seed": seed, "interpolation": {"nearest": nearest, "linear": nearest + 3.0},
+                "networks": {"script": {"heldout_psnr": script}, "sin_rotated": {"heldout_psnr": sin}}}
+
+    payload = {"heldout": mask(2021, 20.6, 21.2, 21.8), "heldout_more": [mask(2022, 20.5, 21.3, 22.1)]}
+    reading = experiment.nearest_reading(payload)
+    assert "2 masks" in reading and "20.5 to 21.3 dB, against 21.8 to 22.1 dB" in reading
+    assert reading.endswith("below even nearest-neighbour on every mask")
+    payload["heldout_more"][0]["networks"]["sin_rotated"]["heldout_psnr"] = 22.5
+    assert experiment.nearest_reading(payload).endswith("not below nearest-neighbour on every mask")
+    held = {"kept_pixels": 49152, "networks": {"siren_own": {"reach": {"siren": 3116}, "epochs": 3116},
+                                               "sin_rotated": {"reach": {"siren": 73}, "updates_per_epoch": 1536}}}
+    caveat = experiment.kept_pixels_caveat({"heldout": held, "side": 256})
+    assert "kept 49,152 of the 65,536 pixels" in caveat and "73 passes, 1/43 of SIREN's 3,116" in caveat
+    assert "112,128 Adam updates, 36 times SIREN's 3,116" in experiment.kept_pixels_caveat(
+        {"heldout": held, "side": 256}, "updates")
+    assert experiment.kept_pixels_caveat({"side": 256}) == ""

@@ -364,6 +364,7 @@ CLAIMS = [
                "eps; else fails",
           check=_gmp_smooth, kind=IDENTITY),
     Claim(key="chen-characteristic-sp-wn-drastic", paper="chen", source="paper", result="perturbation",
+          baseline="SP and WN",
           text="Sec. 2.4 / Fig. 1e-h: under SP and WN even eps = 1e-3 can drastically change the spatial location "
                "of the boundary (units with w, b ~ 0.001 N(0, 1)).",
           rule="reproduced if at eps = 1e-3, for both SP and WN, the median unit's spatial location moves at least "
@@ -375,6 +376,7 @@ CLAIMS = [
                "perturbation of 1e-3 is as large as the weights themselves. At the Glorot scale the same "
                "perturbation barely moves the boundary (the chapter's table of both scales)."),
     Claim(key="chen-characteristic-sp-arbitrary-angle", paper="chen", source="paper", result="perturbation",
+          baseline="SP and WN",
           text="Eq. (8): under SP (and WN) the direction change can take arbitrary values in [0, pi] even for a "
                "small perturbation.",
           rule="reproduced if at the smallest eps (1e-4) some sampled unit turns by at least 0.9 pi under both SP "

@@ -440,20 +440,27 @@ def seed_fits(cfg, units_done: Mapping[str, Any], seed: int, name: str) -> dict[
 def reverse_summary(cfg, units_done: Mapping[str, Any], seed: int) -> list[dict[str, Any]]:
     """Per arm of the reverse ablation whose seeds are all journalled: its whole-image PSNRs ([0, 1] scale)
     after its last epoch, by seed, and their difference from the author's protocol (arm 0, from Fig. 7's
-    rotated sin network) paired by seed, with its 95% interval (``gmp.results.paired_interval``)."""
+    rotated sin network) paired by seed, with its 95% interval (``gmp.results.paired_interval``); and the
+    passes over the pixels (epochs) each seed needs to reach SIREN's accuracy (56.0 dB whole-image, None if not
+    within the run), with their paired difference from the author's where every seed of both reaches it."""
     seeds = list(cfg.reverse_seeds)
     authors = seed_fits(cfg, units_done, seed, "fig7-sin")
-    finals = {0: [float(authors[s].psnr("train")[-1]) for s in seeds]} if all(s in authors for s in seeds) else {}
+    fits = {0: [authors[s] for s in seeds]} if all(s in authors for s in seeds) else {}
     for arm in range(1, len(cfg.reverse)):
         unit = units_done.get(f"reverse-{arm}-{seed}")
         if unit is not None:
-            finals[arm] = [float(EpochCurves.from_json(f).psnr("train")[-1]) for f in unit["fits"]]
+            fits[arm] = [EpochCurves.from_json(f) for f in unit["fits"]]
+    finals = {arm: [float(f.psnr("train")[-1]) for f in curves] for arm, curves in fits.items()}
+    passes = {arm: [f.first_epoch_at(PSNR_TARGETS["siren"]) for f in curves] for arm, curves in fits.items()}
     out = []
     for arm, values in sorted(finals.items()):
         row = {"arm": arm, "name": cfg.reverse[arm]["name"], "seeds": seeds, "final_psnr": values,
-               "mean_psnr": float(np.mean(values))}
+               "mean_psnr": float(np.mean(values)), "passes": passes[arm]}
         if arm and 0 in finals:
             row["difference"] = paired_interval([v - b for v, b in zip(values, finals[0])])
+            reached = None not in passes[arm] + passes[0]
+            row["passes_difference"] = paired_interval([a - b for a, b in zip(passes[arm], passes[0])]) \
+                if reached else None
         out.append(row)
     return out
 
@@ -805,6 +812,27 @@ GENERALISATION_MASKS = 3
 HELDOUT_MASKS = [CONFIG["paper"]["heldout_seed"], *CONFIG["paper"]["heldout_more"]]
 """The held-out masks (their seeds) of the paper-scale run."""
 
+def kept_pixels_caveat(payload: Mapping[str, Any], unit: str = "passes") -> str:
+    """What SIREN's same-image reference saw: only the kept pixels of the held-out fit; and the ratio on exactly
+    those pixels, in ``unit`` (``"passes"`` or ``"updates"``), where the rotated-encoder sin network was fitted to them
+    too."""
+    siren = same_image_siren(payload)
+    if siren is None or siren["passes"]["siren"] is None:
+        return ""
+    held, side = payload["heldout"]["networks"], payload["side"]
+    out = (f"SIREN's same-image reference was fitted to the held-out fit's kept {siren['kept_pixels']:,} of the "
+           f"{side * side:,} pixels")
+    own, reference = held.get("sin_rotated", {}).get("reach", {}).get("siren"), siren["passes"]["siren"]
+    if own is not None and unit == "passes":
+        out += (f"; on those same pixels the rotated-encoder sin network needs {own} passes, "
+                f"1/{reference / own:.0f} of SIREN's {reference:,}")
+    elif own is not None:
+        updates = own * held["sin_rotated"]["updates_per_epoch"]
+        out += (f"; on those same pixels the rotated-encoder sin network needs {updates:,} Adam updates, "
+                f"{updates / reference:.0f} times SIREN's {reference:,}")
+    return out
+
+
 def _passes_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     siren = same_image_siren(payload)
     passes = siren["passes"]["siren"]
@@ -863,7 +891,8 @@ CLAIMS = [
                                       lambda q: _readme_check(q, "aggressive")),
           earlier=EarlierRule(rule="reproduced if the epoch-mean PSNR reaches 60 dB within the run's 100 epochs; partly "
                                    "if its best is within 10 dB of it; else not reproduced. " + THIN_MARGIN,
-                              check=lambda p: one_seed(_readme_check(p, "aggressive")), **_EARLIER_SEEDS)),
+                              check=lambda p: one_seed(_readme_check(p, "aggressive")), **_EARLIER_SEEDS,
+                              at_run="4bc25f9", gave=REPRODUCED)),
     Claim(key="sbsnn-readme-less-aggressive", paper="sbsnn", source="paper",
           provisional=seeds_provisional(["script/less_aggressive"]), test=SEED_T,
           text="The author's README: with the less aggressive schedule (Adam 2e-4, halved after 40 flat epochs) the "
@@ -875,7 +904,8 @@ CLAIMS = [
                                       PAPER["readme_less_aggressive_db"], lambda q: _readme_check(q, "less_aggressive")),
           earlier=EarlierRule(rule="reproduced if the epoch-mean PSNR reaches 95 dB within the run's 550 epochs; partly "
                                    "if its best is within 10 dB of it; else not reproduced. " + THIN_MARGIN,
-                              check=lambda p: one_seed(_readme_check(p, "less_aggressive")), **_EARLIER_SEEDS)),
+                              check=lambda p: one_seed(_readme_check(p, "less_aggressive")), **_EARLIER_SEEDS,
+                              at_run="4bc25f9", gave=REPRODUCED)),
     Claim(key="sbsnn-fig7-100-author", paper="sbsnn", source="paper", provisional=seeds_provisional(FAMILY_ROTATED),
           test=SEED_T,
           text="Fig. 7 read as the author ran it: the rotated-encoder SBSNN networks pass MSE 1e-5 on [0, 1] values "
@@ -891,7 +921,7 @@ CLAIMS = [
                                    "reproduced. " + THIN_MARGIN,
                               check=lambda p: one_seed(_fig7_check(p, "epoch", "author", "epochs",
                                                                    PAPER["fig7_epochs"])),
-                              **_EARLIER_SEEDS)),
+                              **_EARLIER_SEEDS, at_run="4bc25f9", gave=PARTLY)),
     Claim(key="sbsnn-fig7-100-siren-scale", paper="sbsnn", source="paper",
           provisional=seeds_provisional(FAMILY_ROTATED), test=SEED_T,
           text="Fig. 7 against SIREN's own bar: the rotated-encoder SBSNN networks pass SIREN's MSE 1e-5 on [-1, 1] "
@@ -907,8 +937,8 @@ CLAIMS = [
                                    "reproduced. " + THIN_MARGIN,
                               check=lambda p: one_seed(_fig7_check(p, "train", "siren", "epochs",
                                                                    PAPER["fig7_epochs"])),
-                              **_EARLIER_SEEDS)),
-    Claim(key="sbsnn-siren-1e-5-classic", paper="sbsnn", source="paper",
+                              **_EARLIER_SEEDS, at_run="4bc25f9", gave=PARTLY)),
+    Claim(key="sbsnn-siren-1e-5-classic", paper="sbsnn", source="paper", baseline="SIREN",
           text="SIREN fits the 256x256 cameraman to MSE 1e-5 (on [-1, 1] values) in 10,000 iterations (Section 5, "
                "citing Sitzmann et al.), on SIREN's own photograph (the classic cameraman) under SIREN's own "
                "protocol (full-batch Adam 1e-4).",
@@ -929,7 +959,7 @@ CLAIMS = [
                                 "runs (100 epochs). Reproduced if each of the three needs at most 1/100th of SIREN's "
                                 "passes; partly if at least one needs at most 1/10th (an order of magnitude); else not "
                                 "reproduced",
-          check=_passes_check, note=_WRITTEN_AFTER),
+          check=_passes_check, note=_WRITTEN_AFTER, caveat=kept_pixels_caveat),
     Claim(key="sbsnn-fig7-updates", paper="sbsnn", source="paper",
           text="The abstract's '1/100th the number of iterations' counted in Adam updates: the rotated-encoder SBSNN "
                "networks reach SIREN's accuracy (56.0 dB, whole image) in 1/100th of the updates SIREN needs under "
@@ -949,7 +979,8 @@ CLAIMS = [
                               check=_earlier_updates_check, commits=_REPLACED_BY, replaced=_REPLACED_AT,
                               why="SIREN's reference fitted another image (the classic photograph, as SIREN's code "
                                   "resizes it) than the SBSNN runs (the author's file of it); the reference is now "
-                                  "SIREN on the same image.")),
+                                  "SIREN on the same image.", at_run="9f79468", gave=NOT_REPRODUCED),
+          caveat=lambda p: kept_pixels_caveat(p, "updates")),
     Claim(key="sbsnn-heldout-generalises", paper="sbsnn", source="check",
           text="The fitted networks represent the image rather than memorise its pixels: fitted to three quarters of "
                "the pixels (the author's protocol, his aggressive schedule, 100 epochs), the author's script network "
@@ -1024,7 +1055,8 @@ def fits_of(units_done: Mapping[str, Any], seed: int) -> dict[str, EpochCurves]:
     if (unit := units_done.get(f"siren-minibatch-{seed}")) is not None:
         out["siren/minibatch"] = EpochCurves.from_json(unit["siren"])
     if (unit := units_done.get(f"siren-fullbatch-{seed}")) is not None:
-        mse = np.array([np.nan if v is None else v for v in unit["mse"]])
+        # entry i of the fit is measured after i updates (gmp.implicit.FitResult): the first, before any, is no epoch
+        mse = np.array([np.nan if v is None else v for v in unit["mse"][1:]])
         steps = np.arange(1, len(mse) + 1)
         out["siren/fullbatch"] = EpochCurves(mse, mse, None, np.full(len(mse), np.nan),
                                              steps * unit["seconds"] / len(mse), 1, 0.25, unit["diverged_at"])
@@ -1244,12 +1276,29 @@ def passes_reading(payload: Mapping[str, Any] | None) -> str:
     if reference is None:
         return "SIREN under its own protocol never reached 56.0 dB on the author's file."
     held = payload["heldout"]["networks"]
-    matched = [f"{HELDOUT_NETS[k][2]} after {held[k]['reach']['siren']} passes" for k in ("script", "sin_rotated")
+    matched = [f"{HELDOUT_NETS[k][2]} after {held[k]['reach']['siren']} passes "
+               f"(1/{reference / held[k]['reach']['siren']:.0f} of SIREN's)" for k in ("script", "sin_rotated")
                if k in held and held[k]["reach"]["siren"] is not None]
     return (f"SIREN under its own protocol reaches 56.0 dB on the author's file (its kept "
             f"{siren['kept_pixels']:,} pixels) after {reference:,} passes, one update each. The rotated-encoder "
             f"SBSNN networks of Fig. 7 reach it on the whole image: " + "; ".join(parts) + "."
             + (f" Fitted to the same kept pixels as SIREN: {', '.join(matched)}." if matched else ""))
+
+
+def nearest_reading(payload: Mapping[str, Any] | None) -> str:
+    """The aliasing-encoder networks' held-out PSNR over every held-out mask against nearest-neighbour interpolation
+    of the kept pixels, the crudest interpolation there is."""
+    if not (payload or {}).get("heldout"):
+        return "the held-out fits have not run yet"
+    masks = [payload["heldout"], *payload.get("heldout_more", [])]
+    nets = [m["networks"][k]["heldout_psnr"] for m in masks for k in SBSNN_HELDOUT if k in m["networks"]]
+    nearest = [m["interpolation"]["nearest"] for m in masks]
+    below = all(m["networks"][k]["heldout_psnr"] < m["interpolation"]["nearest"] for m in masks
+                for k in SBSNN_HELDOUT if k in m["networks"])
+    return (f"on the held-out pixels of {len(masks)} mask{'s' * (len(masks) != 1)} the aliasing-encoder networks reach "
+            f"{min(nets):.1f} to {max(nets):.1f} dB, against {min(nearest):.1f} to {max(nearest):.1f} dB for "
+            f"nearest-neighbour interpolation of the kept pixels: "
+            + ("below even nearest-neighbour on every mask" if below else "not below nearest-neighbour on every mask"))
 
 
 def memorisation_reading(held: Mapping[str, Any] | None) -> str:
@@ -1438,7 +1487,7 @@ def ablation_table(cfg, live: Mapping[str, Any], paper: Mapping[str, Any] | None
 def reverse_table(cfg, payload: Mapping[str, Any] | None):
     """The reverse ablation: per arm, what it changes from the author's protocol (:func:`reverse_changes`), its
     whole-image PSNR after the run's epochs by seed and on average, and the paired difference from the
-    author's protocol with its 95% interval."""
+    author's protocol with its 95% interval; then the same for the passes to SIREN's accuracy (56.0 dB)."""
     import pandas as pd
 
     rows = {r["arm"]: r for r in (payload or {}).get("reverse", [])}
@@ -1450,7 +1499,12 @@ def reverse_table(cfg, payload: Mapping[str, Any] | None):
                     "PSNR by seed (dB)": ", ".join(f"{v:.1f}" for v in row["final_psnr"]) if row else "—",
                     "mean (dB)": f"{row['mean_psnr']:.1f}" if row else "—",
                     "− author's protocol (dB, 95% interval)":
-                        f"{diff[0]:+.1f} ({diff[1]:+.1f} to {diff[2]:+.1f})" if diff else "—"})
+                        f"{diff[0]:+.1f} ({diff[1]:+.1f} to {diff[2]:+.1f})" if diff else "—",
+                    f"passes to {PSNR_TARGETS['siren']:.1f} dB by seed":
+                        ", ".join("never" if v is None else str(v) for v in row["passes"]) if row and "passes" in row
+                        else "—",
+                    "− author's protocol (passes, 95% interval)": "{:+.0f} ({:+.0f} to {:+.0f})".format(
+                        *row["passes_difference"]) if row and row.get("passes_difference") else "—"})
     return pd.DataFrame(out).style.hide(axis="index")
 
 
@@ -1484,34 +1538,64 @@ MINIBATCH_ARM = 1
 
 
 def why_reading(payload: Mapping[str, Any] | None) -> str:
-    """What the reverse ablation says makes the fit fast in passes: every arm that does not touch the encoder
-    and costs PSNR beyond the seeds' noise, and the text-encoder arm (:data:`TEXT_ARM`), each with its paired
-    difference from the author's protocol; the conclusion only where the seeds separate it."""
-    reverse = (payload or {}).get("reverse", [])
-    rows = {r["arm"]: r for r in reverse if r.get("difference")}
-    if MINIBATCH_ARM not in rows or TEXT_ARM not in rows:
+    """What the reverse ablation says makes the fit fast, in the unit of the claim: the passes over the pixels each
+    arm's seeds need to reach SIREN's accuracy (56.0 dB whole-image), every arm with its paired difference from the
+    author's protocol and its 95% interval, what three seeds can tell apart (the interval's half-width), and the
+    settings without which a seed never gets there; a setting is called needed only where the seeds show it."""
+    reverse = {r["arm"]: r for r in (payload or {}).get("reverse", [])}
+    if 0 not in reverse or MINIBATCH_ARM not in reverse or TEXT_ARM not in reverse or "passes" not in reverse[0]:
         return "The reverse ablation has not run yet."
+    base, target = reverse[0], PSNR_TARGETS["siren"]
 
-    def interval(row: Mapping[str, Any]) -> str:
-        mean, low, high = row["difference"]
-        return f"95% interval {low:+.1f} to {high:+.1f}"
+    def counts(row: Mapping[str, Any]) -> str:
+        return "/".join("never" if p is None else str(p) for p in row["passes"])
 
-    needed = [r for arm, r in sorted(rows.items()) if "encoder" not in REVERSE_ABLATION[arm] and r["difference"][2] < 0]
-    text = rows[TEXT_ARM]
-    text_level = text["difference"][1] <= 0 <= text["difference"][2]
-    out = f"After 100 passes over the pixels (seeds {', '.join(map(str, text['seeds']))}), "
-    if needed:
-        out += "taking away " + " and ".join(f"{r['name'].removeprefix('− ')} costs {-r['difference'][0]:.1f} dB "
-                                             f"(95% interval {-r['difference'][2]:.1f} to {-r['difference'][1]:.1f})"
-                                             for r in needed) + "; "
-    out += (f"replacing his aliasing encoder by the text's band-limited one, with the sine layer that widens its "
-            f"features, moves the PSNR by {text['difference'][0]:+.1f} dB ({interval(text)}), "
-            f"{'within' if text_level else 'beyond'} the seeds' noise.")
-    if needed and text_level:
-        out += (" The speed in passes comes from " + " and ".join(r["name"].removeprefix("− ").split(" (")[0]
-                                                                  for r in needed)
-                + "; the aliasing encoder is not needed for it.")
+    def item(row: Mapping[str, Any]) -> str:
+        diff = row.get("passes_difference")
+        return (f"taking away {row['name'].removeprefix('− ')}: {counts(row)}"
+                + ("" if diff is None else f" ({diff[0]:+.0f} passes, 95% interval {diff[1]:+.0f} to {diff[2]:+.0f})"))
+
+    arms = [reverse[arm] for arm in sorted(reverse) if arm]
+    out = (f"In passes over the pixels to {target:.1f} dB (SIREN's accuracy, whole image; seeds "
+           f"{', '.join(map(str, base['seeds']))}; never: not within the run), the author's protocol needs "
+           f"{counts(base)}; " + "; ".join(item(r) for r in arms) + ".")
+    never = [r for r in arms if None in r["passes"] and "encoder" not in REVERSE_ABLATION[r["arm"]]]
+    slower = [r for r in arms if r.get("passes_difference") and r["passes_difference"][1] > 0
+              and "encoder" not in REVERSE_ABLATION[r["arm"]]]
+    def names(rows: list[Mapping[str, Any]]) -> str:
+        return " or ".join(r["name"].removeprefix("− ").split(" (")[0] for r in rows)
+
+    if never:
+        out += f" Taking away {names(never)}, not every seed gets there within the run."
+    if slower:
+        out += f" Taking away {names(slower)}, the fit is slower beyond the seeds' noise."
+    encoders = [r for r in arms if "encoder" in REVERSE_ABLATION[r["arm"]]]
+    decided = [r for r in encoders if r.get("passes_difference")]
+    n = len(base["seeds"])
+    if decided:
+        widths = ", ".join(f"±{(r['passes_difference'][2] - r['passes_difference'][1]) / 2:.0f} passes "
+                           f"({r['name'].removeprefix('− the aliasing encoder ').strip('()')})" for r in decided)
+        out += (f" With {n} seeds a paired 95% interval is the seeds' spread times {_t_factor(n):.2f}/√{n}: here "
+                f"{widths}, so a difference in speed smaller than that cannot be told from noise.")
+    level = [r for r in decided if r["passes_difference"][1] <= 0 <= r["passes_difference"][2]]
+    if encoders and len(level) == len(encoders):
+        out += (" In passes, neither arm without the aliasing encoder separates from the author's protocol: these "
+                "seeds show neither that his encoder is needed for the speed nor that it is not.")
+    elif any(r["passes_difference"][1] > 0 for r in decided) or any(None in r["passes"] for r in encoders):
+        out += " Without the aliasing encoder the fit is slower in passes beyond these seeds' noise."
+    lower = [r for r in encoders if r.get("difference") and r["difference"][2] < 0]
+    if lower:
+        out += (" After the run's last pass, " + "; ".join(
+            f"taking away {r['name'].removeprefix('− ')} leaves the PSNR {r['difference'][0]:+.1f} dB from his "
+            f"(95% interval {r['difference'][1]:+.1f} to {r['difference'][2]:+.1f}), beyond noise" for r in lower) + ".")
     return out
+
+
+def _t_factor(n: int, level: float = 0.95) -> float:
+    """The two-sided Student-t quantile that a paired interval over ``n`` seeds multiplies the spread by."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + level / 2, n - 1))
 
 
 SEED_COLUMNS = {"best_epoch_psnr": "best epoch-mean PSNR (dB)", "best_train_psnr": "best whole-image PSNR (dB)"}

@@ -274,7 +274,7 @@ def _faster_check(payload: Mapping[str, Any]) -> tuple[str, str]:
 
 
 CLAIMS = [
-    Claim(key="sbsnn-siren-1e-5", paper="sbsnn", source="superseded",
+    Claim(key="sbsnn-siren-1e-5", paper="sbsnn", source="superseded", baseline="SIREN",
           text="Text reading (an iteration is one full-batch update; today's scikit-image photograph): "
                "SIREN fits the 256x256 cameraman image to MSE 1e-5 in 10,000 iterations (Section 5, citing "
                "Sitzmann et al.).",
