@@ -25,12 +25,12 @@ from gmp.experiments.lu_real import Training, load_split
 SETTINGS = scaled(
     common=dict(labels=["ReLU-GPN-BN", "SELU-BN", "SELU", "Tanh-GPN"], steps=3),
     smoke=dict(depth=8, width=16, labels=["ReLU-GPN-BN", "GELU-BN", "ReLU-GPN"]),
-    small=dict(depth=200, width=500),
-    paper=dict(depth=200, width=500),
+    small=dict(depth=200, width=500, lr=1e-4),
+    paper=dict(depth=200, width=500, lr=1e-4),
 )
 """The networks the chapter measures at each scale (two with BN, two without), the steps, and
-the depth and width: the paper's from the default build on (a few minutes of CPU). Kept apart
-from the chapter's config, whose digest keys its journals."""
+the depth, width and learning rate: the paper's from the default build on (about a minute of
+CPU). Kept apart from the chapter's config, whose digest keys its journals."""
 
 
 def _losses(training: Training, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
@@ -78,11 +78,11 @@ def order_sensitivity(labels: Sequence[str], x: torch.Tensor, y: torch.Tensor, c
 
 def measure(cfg: Mapping[str, Any], seed: int = 0) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """:func:`order_sensitivity` as the chapter runs it at ``cfg``'s scale: the networks,
-    steps, depth and width of :data:`SETTINGS`, every other setting (learning rate, momentum,
-    batch size, initialisation) from ``cfg``, on the first training rows of its MNIST stand-in,
-    in float32 as the chapter trains. Returns the settings used and the changes."""
-    settings = dict(SETTINGS[cfg.scale])
-    settings["data"] = cfg["data"]["mnist"]
-    run_cfg = {**cfg, "depth": settings["depth"], "width": settings["width"]}
+    steps, depth, width and learning rate of :data:`SETTINGS` (``cfg``'s where it gives none),
+    every other setting (momentum, batch size, initialisation) from ``cfg``, on the first
+    training rows of its MNIST stand-in, in float32 as the chapter trains. Returns the settings
+    used and the changes."""
+    settings = {"lr": cfg["lr"], **SETTINGS[cfg.scale], "data": cfg["data"]["mnist"]}
+    run_cfg = {**cfg, **{key: settings[key] for key in ("depth", "width", "lr")}}
     x, y = load_split(settings["data"], True, settings["steps"] * int(cfg["batch_size"]))
     return settings, order_sensitivity(settings["labels"], x, y, run_cfg, settings["steps"], seed=seed)
