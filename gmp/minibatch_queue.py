@@ -1,0 +1,487 @@
+"""A queue of :func:`gmp.minibatch.fit_stack` fits trained as one stacked fit.
+
+Part III's paper-scale queue is many small fits (Figs. 4 and 6 over four more seeds: 17 stacks
+of four networks, each about 1.1 million Adam updates of mini-batches of 32). One at a time,
+each update is a few dozen tiny kernel launches; :func:`fit_jobs` trains all of them at once:
+
+* networks whose layers have one shape (widths, initialisation, biases, SIREN layers) form a
+  group, whose every layer is one batched product (``torch.bmm``) over all its networks, each
+  network's activation applied to its own slice (the group is ordered by activation, so a layer
+  is one element-wise call per activation present, fused by ``torch.compile``);
+* every network keeps what it has in :func:`fit_stack`: its initial weights and its shuffle
+  (from its own seed), its Adam moments and learning rate, its plateau schedule, its divergence;
+  every fit (a :class:`FitJob`) keeps its number of epochs and its stopping rule
+  (``stop_below`` over its own networks). A network whose fit has ended is frozen (rate and
+  gradient zero) while the others go on;
+* one step of the whole queue (its forward and backward passes, the loss and the Adam update,
+  with the update's bias corrections computed on the device) is captured once as a CUDA graph
+  and replayed (``graph=True`` on CUDA); eager on failure, or on a CPU.
+
+Each network's curves equal those :func:`fit_stack` gives it alone, to float rounding (only the
+batched products' summation order may differ). :func:`planned` and :func:`replayed` read the
+fits a chapter's unit makes (its ``fit_stack`` calls) and give the unit the stacked fit's curves
+in their place, so the unit's journal entry is built by the unit's own code (:mod:`gmp.gpu`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import math
+import time
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from gmp.activations import activation as _activation
+from gmp.minibatch import (KERAS_BATCH_SIZE, Dense, EpochCurves, Plateau, _adam_update, _init, fit_stack, layers)
+from gmp.train import check_fit_arguments
+
+__all__ = ["CaptureFailed", "FitJob", "NotStackable", "QueueTraining", "fit_jobs", "planned", "replayed", "layers"]
+
+RUN_ONLY = ("checkpoint", "checkpoint_every", "device", "progress", "desc", "compile")
+"""Arguments of :func:`fit_stack` that say how a fit runs, not what it computes: not part of a :class:`FitJob`."""
+
+
+class CaptureFailed(RuntimeError):
+    """The capture of the stacked step as a CUDA graph failed (:func:`fit_jobs` then starts again eagerly)."""
+
+
+class NotStackable(Exception):
+    """A unit's fit that the stacked fit cannot take (it keeps the trained model, or is not a :func:`fit_stack`)."""
+
+
+@dataclasses.dataclass(eq=False)
+class FitJob:
+    """What one :func:`fit_stack` call computes (its arguments less :data:`RUN_ONLY`)."""
+
+    spec_layers: list[Dense]
+    seeds: list[int]
+    inputs: Tensor
+    targets: Tensor
+    epochs: int
+    lr: list[float]
+    batch_size: int = KERAS_BATCH_SIZE
+    plateau: Mapping[str, Any] | None = None
+    adam: str = "keras"
+    heldout: Tensor | None = None
+    mse_to_unit: float = 1.0
+    stop_below: float | None = None
+    eval_chunk: int = 8192
+
+    @classmethod
+    def of_call(cls, *args: Any, **kwargs: Any) -> FitJob:
+        """The job of a call ``fit_stack(*args, **kwargs)``, its arguments checked as :func:`fit_stack` checks them."""
+        bound = inspect.signature(fit_stack).bind(*args, **kwargs)
+        bound.apply_defaults()
+        given = dict(bound.arguments)
+        if given.pop("keep") is not None:
+            raise NotStackable("the fit keeps its trained model (keep=): run it by itself with fit_stack")
+        for name in RUN_ONLY:
+            given.pop(name)
+        seeds = given["seeds"]
+        if not isinstance(seeds, Sequence) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+            raise TypeError(f"seeds must be a list of integers, one per network, got {seeds!r}")
+        spec_layers = list(given["spec_layers"])
+        lrs = check_fit_arguments(given["inputs"], given["targets"], lr=given["lr"], networks=len(seeds),
+                                  stop_below=given["stop_below"], heldout=given["heldout"],
+                                  counts={"epochs": given["epochs"], "batch_size": given["batch_size"],
+                                          "eval_chunk": given["eval_chunk"]},
+                                  in_features=spec_layers[0].fan_in if spec_layers else None)
+        return cls(**{**given, "spec_layers": spec_layers, "seeds": list(seeds),
+                      "lr": lrs * len(seeds) if len(lrs) == 1 else lrs})
+
+    def same_fit(self, other: FitJob) -> bool:
+        """Whether ``other`` computes the same fit (equal settings and equal tensors)."""
+        def same(a: Any, b: Any) -> bool:
+            if isinstance(a, Tensor) or isinstance(b, Tensor):
+                return isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and torch.equal(a, b)
+            return a == b
+
+        return all(same(getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self))
+
+
+def _shape(job: FitJob) -> tuple:
+    """What networks must share to be one group: every layer but its activation's name, and the input width."""
+    return tuple((x.fan_in, x.fan_out, x.init, x.bias, x.omega, x.activation is None) for x in job.spec_layers)
+
+
+class _Group(nn.Module):
+    """The networks of one shape (:func:`_shape`), ordered by activations, as one batched computation."""
+
+    def __init__(self, members: list[tuple[FitJob, int, int]]):
+        super().__init__()
+        members = sorted(members, key=lambda m: tuple(str(x.activation) for x in m[0].spec_layers))
+        self.members = members  # (job, network of the job, input index)
+        self.spec_layers = members[0][0].spec_layers
+        per_network = []
+        for job, k, _ in members:
+            generator = torch.Generator().manual_seed(job.seeds[k])
+            per_network.append([_init(layer, generator) for layer in job.spec_layers])
+        self.weights = nn.ParameterList(nn.Parameter(torch.stack([net[i][0] for net in per_network]))
+                                        for i in range(len(self.spec_layers)))
+        self.biases = nn.ParameterList(nn.Parameter(torch.stack([net[i][1] for net in per_network]))
+                                       for i, layer in enumerate(self.spec_layers) if layer.bias is not None)
+        self.register_buffer("source", torch.tensor([m[2] for m in members]))
+        # per layer: [(start, stop, activation)] over runs of networks with the same activation there
+        self.slices: list[list[tuple[int, int, nn.Module]]] = []
+        for i, layer in enumerate(self.spec_layers):
+            names = [m[0].spec_layers[i].activation for m in members]
+            runs, start = [], 0
+            for n in range(1, len(names) + 1):
+                if n == len(names) or names[n] != names[start]:
+                    runs.append((start, n, _activation(names[start]) if names[start] else nn.Identity()))
+                    start = n
+            self.slices.append(runs)
+
+    def forward(self, h: Tensor) -> Tensor:
+        biases = iter(self.biases)
+        for layer, weight, runs in zip(self.spec_layers, self.weights, self.slices):
+            h = torch.bmm(h, weight)
+            if layer.bias is not None:
+                h = h + next(biases)
+            if layer.omega is not None:
+                h = torch.sin(layer.omega * h)
+            elif len(runs) == 1:
+                h = runs[0][2](h)
+            else:
+                h = torch.cat([act(h[a:b]) for a, b, act in runs])
+        return h
+
+
+class QueueTraining:
+    """The training state of a queue of :class:`FitJob` s (see the module); :func:`fit_jobs` runs it.
+
+    Every job must share the targets, the held-out pixels, the mini-batch size and the Adam flavour
+    (one step for all); ``graph`` captures the step as a CUDA graph (CUDA only; a failed capture raises
+    :class:`CaptureFailed`).
+    """
+
+    def __init__(self, jobs: Sequence[FitJob], device: torch.device | str = "cpu", graph: bool = False):
+        if not jobs:
+            raise ValueError("need at least one fit")
+        first = jobs[0]
+        for i, job in enumerate(jobs):
+            if not torch.equal(job.targets, first.targets) or job.targets.shape != first.targets.shape:
+                raise NotStackable(f"fit {i}: its targets differ from fit 0's; stack only fits of one image")
+            if (job.heldout is None) != (first.heldout is None) or (
+                    job.heldout is not None and not torch.equal(job.heldout, first.heldout)):
+                raise NotStackable(f"fit {i}: its held-out pixels differ from fit 0's")
+            if (job.batch_size, job.adam) != (first.batch_size, first.adam):
+                raise NotStackable(f"fit {i}: batch size and Adam flavour {(job.batch_size, job.adam)} differ from "
+                                   f"fit 0's {(first.batch_size, first.adam)}")
+        self.jobs, self.device = list(jobs), torch.device(device)
+        self.batch_size, self.flavour = first.batch_size, first.adam
+        pixels = first.targets.shape[0]
+        mask = torch.ones(pixels, dtype=torch.bool)
+        if first.heldout is not None:
+            mask[first.heldout] = False
+        self.train_idx = mask.nonzero().flatten()
+        self.heldout = first.heldout
+        self.updates = math.ceil(self.train_idx.numel() / self.batch_size)
+        self.targets = first.targets.to(self.device)
+        # inputs: one tensor per distinct input (shared by networks that see the same features)
+        sources: list[Tensor] = []
+
+        def source(x: Tensor) -> int:
+            for i, s in enumerate(sources):
+                if s.shape == x.shape and torch.equal(s, x):
+                    return i
+            sources.append(x)
+            return len(sources) - 1
+
+        by_shape: dict[tuple, list[tuple[FitJob, int, int]]] = {}
+        for job in self.jobs:
+            inputs = job.inputs if job.inputs.dim() == 3 else job.inputs.unsqueeze(0).expand(len(job.seeds), -1, -1)
+            for k in range(len(job.seeds)):
+                by_shape.setdefault((_shape(job), inputs.shape[-1]), []).append((job, k, source(inputs[k])))
+        self.groups = [_Group(members).to(self.device) for members in by_shape.values()]
+        self.inputs = {}
+        for group in self.groups:  # per group, its distinct inputs stacked: (sources, pixels, features)
+            used = sorted(set(group.source.tolist()))
+            group.source.copy_(torch.tensor([used.index(s) for s in group.source.tolist()]))
+            self.inputs[id(group)] = torch.stack([sources[s] for s in used]).to(self.device)
+        # the networks in the stack's order, and where each job's networks are in it
+        self.order = [(job, k) for group in self.groups for job, k, _ in group.members]
+        self.count = len(self.order)
+        self.job_index = [next(j for j, other in enumerate(self.jobs) if other is job) for job, _ in self.order]
+        self.where = {(id(job), k): n for n, (job, k) in enumerate(self.order)}
+        self.params = [p for group in self.groups for p in group.parameters()]
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+        self.eps = 1e-7 if self.flavour == "keras" else 1e-8
+        self.betas = (0.9, 0.999)
+        spans, start = [], 0
+        for group in self.groups:
+            spans += [(start, start + len(group.members))] * len(list(group.parameters()))
+            start += len(group.members)
+        self.spans = spans
+        self.generators = [torch.Generator().manual_seed(10_000 + job.seeds[k]) for job, k in self.order]
+        self.lrs = [job.lr[k] for job, k in self.order]
+        self.plateaus = [Plateau(job.plateau["factor"], job.plateau["patience"], job.plateau.get("rule", "keras"))
+                         if job.plateau else None for job, _ in self.order]
+        self.diverged: list[int | None] = [None] * self.count
+        self.ended: dict[int, int] = {}  # job index -> epochs it ran
+        self.curves = {id(job): {name: np.full((len(job.seeds), job.epochs), np.nan) for name in
+                                 ("epoch_loss", "train_mse", "heldout_mse", "lr", "seconds")} for job in self.jobs}
+        self.epoch, self.spent = 0, 0.0
+        # the step's state on the device, updated in place (what a captured step reads)
+        self.t = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.offset = torch.zeros((), dtype=torch.long, device=self.device)
+        self.alive = torch.ones(self.count, dtype=torch.bool, device=self.device)
+        self.rates = torch.zeros(self.count, device=self.device)
+        self.running = torch.zeros(self.count, dtype=torch.float64, device=self.device)
+        self.batches = torch.zeros(self.count, self.train_idx.numel(), dtype=torch.long, device=self.device)
+        self.steps = torch.arange(self.batch_size, device=self.device)
+        self.graph = None
+        self.want_graph = graph and self.device.type == "cuda"
+        self.mode = "CUDA graph" if self.want_graph else "eager"
+
+    def _losses(self, batch: Tensor) -> Tensor:
+        """Each network's mean squared error on its mini-batch (``batch``: pixel indices ``(count, size)``)."""
+        out, start = [], 0
+        for group in self.groups:
+            rows = batch[start:start + len(group.members)]
+            start += len(group.members)
+            x = self.inputs[id(group)][group.source[:, None], rows]
+            out.append(((group(x) - self.targets[rows]) ** 2).mean(dim=(1, 2)))
+        return torch.cat(out) if len(out) > 1 else out[0]
+
+    def _step(self, size: int) -> None:
+        """One Adam update of every network on its next mini-batch of ``size`` pixels (what the graph captures)."""
+        batch = self.batches.index_select(1, self.offset + self.steps[:size])
+        losses = self._losses(batch)
+        self.running.add_(losses.detach().double() * size)
+        grads = torch.autograd.grad(torch.where(self.alive, losses, 0.0).sum(), self.params)
+        with torch.no_grad():
+            b1, b2 = self.betas
+            self.t.add_(1)
+            c1, c2 = 1 - torch.pow(b1, self.t), 1 - torch.pow(b2, self.t)
+            keras = self.flavour == "keras"
+            factor = (torch.sqrt(c2) / c1 if keras else 1 / c1).float()
+            root_c2 = torch.ones_like(factor) if keras else torch.sqrt(c2).float()
+            scale = self.rates * factor
+            scales = [scale[a:b].view(-1, *([1] * (p.dim() - 1))) for (a, b), p in zip(self.spans, self.params)]
+            _adam_update(self.params, list(grads), self.m, self.v, scales, root_c2, self.betas, self.eps)
+            self.offset.add_(size)
+
+    def _capture(self) -> None:
+        """Warm up on a side stream (real steps of this epoch), then capture one full-batch step."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                self._step(self.batch_size)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._step(self.batch_size)
+        self.graph = graph
+
+    def _active(self, n: int) -> bool:
+        """Whether network ``n``'s fit is still running."""
+        return self.job_index[n] not in self.ended
+
+    def run_epoch(self, steps: int | None = None) -> None:
+        """One epoch of every fit still running (or only its first ``steps`` updates, for a probe: no curves)."""
+        epoch = self.epoch
+        self.batches.copy_(torch.stack([self.train_idx[torch.randperm(self.train_idx.numel(), generator=g)]
+                                        if self._active(n) else self.train_idx
+                                        for n, g in enumerate(self.generators)]).to(self.device))
+        alive = [self._active(n) and self.diverged[n] is None for n in range(self.count)]
+        self.alive.copy_(torch.tensor(alive))
+        self.rates.copy_(torch.tensor(self.lrs, dtype=torch.float32) * torch.tensor(alive))
+        self.running.zero_()
+        self.offset.zero_()
+        began = time.perf_counter()
+        sizes = [min(self.batch_size, self.train_idx.numel() - i * self.batch_size) for i in range(self.updates)]
+        sizes = sizes[:steps]
+        i = 0
+        while i < len(sizes):
+            if self.graph is not None and sizes[i] == self.batch_size:
+                self.graph.replay()
+                i += 1
+                continue
+            self._step(sizes[i])
+            i += 1
+            if self.want_graph and self.graph is None and sizes[i:i + 4] == [self.batch_size] * 4:
+                try:
+                    self._capture()  # three more real steps of this epoch, then one captured (not run)
+                except Exception as err:
+                    raise CaptureFailed(f"the CUDA graph capture failed ({type(err).__name__}: {err}); its warm-up "
+                                        "steps may have run in part: start the queue again in eager mode") from err
+                i += 3
+        if steps is not None:
+            return
+        epoch_loss = (self.running / self.train_idx.numel()).cpu().numpy()
+        train_mse = self._evaluate(self.train_idx)
+        heldout_mse = self._evaluate(self.heldout) if self.heldout is not None else None
+        self.spent += time.perf_counter() - began
+        for n, (job, k) in enumerate(self.order):
+            if not self._active(n) or self.diverged[n] is not None:
+                continue
+            if not (math.isfinite(epoch_loss[n]) and math.isfinite(train_mse[n])):
+                self.diverged[n] = epoch + 1
+                continue
+            curves = self.curves[id(job)]
+            curves["epoch_loss"][k, epoch] = epoch_loss[n]
+            curves["train_mse"][k, epoch] = train_mse[n]
+            if heldout_mse is not None:
+                curves["heldout_mse"][k, epoch] = heldout_mse[n]
+            curves["lr"][k, epoch] = self.lrs[n]
+            curves["seconds"][k, epoch] = self.spent / self.count
+            if self.plateaus[n] is not None:
+                self.lrs[n] = self.plateaus[n].step(float(epoch_loss[n]), self.lrs[n])
+        for j, job in enumerate(self.jobs):
+            if j in self.ended:
+                continue
+            nets = [self.where[(id(job), k)] for k in range(len(job.seeds))]
+            reached = job.stop_below is not None and all(
+                self.diverged[n] is not None or self.curves[id(job)]["train_mse"][k, epoch] <= job.stop_below
+                for k, n in enumerate(nets))
+            if reached or epoch + 1 == job.epochs:
+                self.ended[j] = epoch + 1
+        self.epoch += 1
+
+    @torch.no_grad()
+    def _evaluate(self, idx: Tensor) -> np.ndarray:
+        out = []
+        for group in self.groups:
+            total = torch.zeros(len(group.members), dtype=torch.float64, device=self.device)
+            chunk_size = group.members[0][0].eval_chunk
+            for chunk in idx.split(chunk_size):
+                chunk = chunk.to(self.device)
+                error = group(self.inputs[id(group)][group.source[:, None], chunk]) - self.targets[chunk]
+                total += (error.double() ** 2).sum(dim=(1, 2))
+            out.append(total / idx.numel())
+        return torch.cat(out).cpu().numpy()
+
+    @property
+    def finished(self) -> bool:
+        return len(self.ended) == len(self.jobs)
+
+    def result(self, j: int) -> list[EpochCurves]:
+        """The curves of job ``j`` (once it has ended), as :func:`fit_stack` returns them."""
+        job, end = self.jobs[j], self.ended[j]
+        curves = {name: values[:, :end] for name, values in self.curves[id(job)].items()}
+        nets = [self.where[(id(job), k)] for k in range(len(job.seeds))]
+        return [EpochCurves(curves["epoch_loss"][k], curves["train_mse"][k],
+                            curves["heldout_mse"][k] if job.heldout is not None else None, curves["lr"][k],
+                            curves["seconds"][k], self.updates, job.mse_to_unit, self.diverged[n])
+                for k, n in enumerate(nets)]
+
+    def seconds_per_step(self, steps: int = 20) -> float:
+        """Seconds per update of the whole stack, timed over ``steps`` updates after a warm-up (and the capture)
+        of one epoch's first ones; the state is changed by them (a probe's stack is thrown away)."""
+        warm = min(self.updates, 8 if self.want_graph else 2)
+        self.run_epoch(steps=warm)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        began = time.perf_counter()
+        self.run_epoch(steps=min(steps, self.updates))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        return (time.perf_counter() - began) / min(steps, self.updates)
+
+    def predicted_seconds(self, step_seconds: float, eval_seconds: float = 0.0) -> float:
+        """The queue's time at ``step_seconds`` per update and ``eval_seconds`` per epoch's evaluation: every
+        epoch of the longest fit, all its updates (an upper bound: fits ending earlier make the stack no cheaper)."""
+        return max(job.epochs for job in self.jobs) * (self.updates * step_seconds + eval_seconds)
+
+    def seconds_per_evaluation(self) -> float:
+        """Seconds of one epoch's evaluation of every network (training and held-out pixels)."""
+        began = time.perf_counter()
+        self._evaluate(self.train_idx)
+        if self.heldout is not None:
+            self._evaluate(self.heldout)
+        return time.perf_counter() - began
+
+
+def fit_jobs(jobs: Sequence[FitJob], device: torch.device | str = "cpu", graph: bool = False,
+             deadline: float | None = None, on_end: Callable[[int, list[EpochCurves]], None] | None = None,
+             notes: list[str] | None = None) -> list[list[EpochCurves]]:
+    """Train ``jobs`` as one stacked fit (:class:`QueueTraining`); each job's curves, as :func:`fit_stack` gives them.
+
+    ``on_end(j, curves)`` is called as soon as job ``j`` has ended (its epochs, or its ``stop_below``).
+    ``deadline`` (``time.monotonic()`` seconds): from the third epoch on, a ``TimeoutError`` when the
+    epochs left would end past it at the pace so far. ``notes`` receives how the step ran.
+    """
+    notes = notes if notes is not None else []
+    try:
+        return _fit(QueueTraining(jobs, device, graph), deadline, on_end, notes)
+    except CaptureFailed as err:
+        if not graph:
+            raise
+        notes.append(str(err)[:600])
+        return _fit(QueueTraining(jobs, device, False), deadline, on_end, notes)
+
+
+def _fit(training: QueueTraining, deadline: float | None, on_end: Callable[[int, list[EpochCurves]], None] | None,
+         notes: list[str]) -> list[list[EpochCurves]]:
+    reported: set[int] = set()
+    first_done = None
+    while not training.finished:
+        if deadline is not None and first_done is not None and training.epoch >= 2:
+            per_epoch = (time.perf_counter() - first_done) / (training.epoch - 1)
+            left = max(job.epochs for j, job in enumerate(training.jobs) if j not in training.ended) - training.epoch
+            if time.monotonic() + per_epoch * left > deadline:
+                raise TimeoutError(f"stopped after epoch {training.epoch}: at {per_epoch:.1f} s per epoch the "
+                                   f"{left} epochs left would end past the deadline")
+        training.run_epoch()
+        if training.epoch == 1:
+            first_done = time.perf_counter()
+        for j in sorted(set(training.ended) - reported):
+            reported.add(j)
+            if on_end is not None:
+                on_end(j, training.result(j))
+    notes.append(f"mode: {training.mode}")
+    return [training.result(j) for j in range(len(training.jobs))]
+
+
+@contextlib.contextmanager
+def planned(module: types.ModuleType) -> Iterator[list[FitJob]]:
+    """Within it, the ``fit_stack`` of ``module`` (a chapter's experiment) trains nothing: each call is recorded as
+    a :class:`FitJob` in the list yielded and returns NaN curves, so that calling a unit lists its fits. A unit
+    that fits otherwise (``fit_spec``) or keeps a model raises :class:`NotStackable`."""
+    jobs: list[FitJob] = []
+
+    def record(*args: Any, **kwargs: Any) -> list[EpochCurves]:
+        job = FitJob.of_call(*args, **kwargs)
+        jobs.append(job)
+        nan = np.full(job.epochs, np.nan)
+        return [EpochCurves(nan, nan, nan if job.heldout is not None else None, nan, nan, 1, job.mse_to_unit, None)
+                for _ in job.seeds]
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotStackable("the unit fits with fit_spec (full-batch), not fit_stack")
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(module, "fit_stack", record))
+        if hasattr(module, "fit_spec"):
+            stack.enter_context(mock.patch.object(module, "fit_spec", refuse))
+        yield jobs
+
+
+@contextlib.contextmanager
+def replayed(module: types.ModuleType, jobs: Sequence[FitJob], curves: Sequence[list[EpochCurves]]) -> Iterator[None]:
+    """Within it, the ``fit_stack`` of ``module`` returns ``curves[i]`` for its ``i``-th call, which must compute
+    ``jobs[i]`` (:meth:`FitJob.same_fit`, else a ``RuntimeError``): a unit called here builds its value from the
+    stacked fit's curves with its own code."""
+    calls = iter(range(len(jobs)))
+
+    def replay(*args: Any, **kwargs: Any) -> list[EpochCurves]:
+        i = next(calls, None)
+        if i is None or not jobs[i].same_fit(FitJob.of_call(*args, **kwargs)):
+            raise RuntimeError("the unit's fits differ from those it was planned with; compute it with fit_stack")
+        return curves[i]
+
+    with mock.patch.object(module, "fit_stack", replay):
+        yield
+    if next(calls, None) is not None:
+        raise RuntimeError("the unit made fewer fits than it was planned with; compute it with fit_stack")
