@@ -40,10 +40,10 @@ import torch
 from torch import Tensor, nn
 
 from gmp.activations import activation as _activation
-from gmp.minibatch import (KERAS_BATCH_SIZE, Dense, EpochCurves, Plateau, _adam_update, _init, fit_stack, layers)
+from gmp.minibatch import KERAS_BATCH_SIZE, Dense, EpochCurves, Plateau, _adam_update, _init, fit_stack
 from gmp.train import check_fit_arguments
 
-__all__ = ["CaptureFailed", "FitJob", "NotStackable", "QueueTraining", "fit_jobs", "planned", "replayed", "layers"]
+__all__ = ["CaptureFailed", "FitJob", "NotStackable", "QueueTraining", "fit_jobs", "planned", "queues", "replayed"]
 
 RUN_ONLY = ("checkpoint", "checkpoint_every", "device", "progress", "desc", "compile")
 """Arguments of :func:`fit_stack` that say how a fit runs, not what it computes: not part of a :class:`FitJob`."""
@@ -485,3 +485,22 @@ def replayed(module: types.ModuleType, jobs: Sequence[FitJob], curves: Sequence[
         yield
     if next(calls, None) is not None:
         raise RuntimeError("the unit made fewer fits than it was planned with; compute it with fit_stack")
+
+
+def queues(jobs: Sequence[FitJob]) -> list[list[int]]:
+    """The jobs (by index, in order) split into the queues that can train as one stacked fit: those of one image
+    (equal targets), one set of held-out pixels, one mini-batch size and one Adam flavour (:class:`QueueTraining`)."""
+    out: list[list[int]] = []
+    for i, job in enumerate(jobs):
+        for queue in out:
+            first = jobs[queue[0]]
+            if (job.batch_size, job.adam) == (first.batch_size, first.adam) and job.targets.shape == \
+                    first.targets.shape and torch.equal(job.targets, first.targets) and (
+                    (job.heldout is None and first.heldout is None) or (
+                        job.heldout is not None and first.heldout is not None and
+                        job.heldout.shape == first.heldout.shape and torch.equal(job.heldout, first.heldout))):
+                queue.append(i)
+                break
+        else:
+            out.append([i])
+    return out
