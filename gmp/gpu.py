@@ -563,7 +563,6 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
     summary["units"] = [f"{chapter}/{key}" for chapter, key, _ in planned]
     summary["networks"] = sum(len(job.seeds) for job in jobs)
     _write_json(report, summary)
-    graph = device.startswith("cuda")
     curves: dict[int, list[Any]] = {}
 
     def journal(n: int) -> None:
@@ -589,21 +588,14 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
         summary["queues"].append(entry)
         notes: list[str] = []
         try:
-            probe = mq.QueueTraining([jobs[i] for i in queue], device, graph)
-            try:
-                step = probe.seconds_per_step()
-            except mq.CaptureFailed as err:
-                notes.append(str(err)[:600])
-                probe = mq.QueueTraining([jobs[i] for i in queue], device, False)
-                step = probe.seconds_per_step()
-            evaluation = probe.seconds_per_evaluation()
-            entry.update(probe_mode=probe.mode, probe_ms_per_step=round(1e3 * step, 4),
-                         probe_s_per_evaluation=round(evaluation, 3), groups=[len(g.members) for g in probe.groups],
-                         predicted_minutes=round(probe.predicted_seconds(step, evaluation) / 60, 2))
-            del probe
+            probed = mq.probe([jobs[i] for i in queue], device, notes=notes)
+            entry.update(probe_mode=probed["mode"], probe_ms_per_step=round(probed["ms_per_step"], 4),
+                         probe_s_per_evaluation=round(probed["s_per_evaluation"], 3), groups=probed["groups"],
+                         predicted_minutes=round(probed["predicted_minutes"], 2))
             left = (deadline - time.monotonic()) / 60
             entry["minutes_left"] = round(left, 2)
-            print(f"  stacked queue of {entry['networks']} networks ({len(units)} units): {1e3 * step:.3f} ms per "
+            print(f"  stacked queue of {entry['networks']} networks ({len(units)} units, {probed['mode']}): "
+                  f"{probed['ms_per_step']:.3f} ms per "
                   f"step, predicted {entry['predicted_minutes']:.1f} min, {left:.1f} min left", flush=True)
             if probe_only:
                 entry["status"] = "probed only"
@@ -621,7 +613,8 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
                 if done[owner[queue[j]]] == needed[owner[queue[j]]]:
                     journal(owner[queue[j]])
 
-            mq.fit_jobs([jobs[i] for i in queue], device, graph, deadline=deadline, on_end=ended, notes=notes)
+            mq.fit_jobs([jobs[i] for i in queue], device, probed["mode"], deadline=deadline, on_end=ended,
+                        notes=notes)
             entry.update(status="trained", minutes=round((time.monotonic() - started) / 60, 2))
         except Exception as err:
             entry["status"] = f"failed (its units not journalled: unit by unit): {type(err).__name__}: {err}"[:1500]

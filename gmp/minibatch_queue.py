@@ -43,7 +43,13 @@ from gmp.activations import activation as _activation
 from gmp.minibatch import KERAS_BATCH_SIZE, Dense, EpochCurves, Plateau, _adam_update, _init, fit_stack
 from gmp.train import check_fit_arguments
 
-__all__ = ["CaptureFailed", "FitJob", "NotStackable", "QueueTraining", "fit_jobs", "planned", "queues", "replayed"]
+__all__ = ["CaptureFailed", "FitJob", "MODES", "NotStackable", "QueueTraining", "fit_jobs", "planned", "probe", "queues",
+           "replayed"]
+
+MODES = {"CUDA graph, compiled": (True, True), "CUDA graph": (True, False), "compiled": (False, True),
+         "eager": (False, False)}
+"""How the stacked step can run, as ``(graph, compile)`` for :class:`QueueTraining`: on CUDA the first three in
+this order (:func:`probe`), on a CPU eagerly (``"compiled"`` is there for a CPU with a C++ toolchain)."""
 
 RUN_ONLY = ("checkpoint", "checkpoint_every", "device", "progress", "desc", "compile")
 """Arguments of :func:`fit_stack` that say how a fit runs, not what it computes: not part of a :class:`FitJob`."""
@@ -155,15 +161,24 @@ class _Group(nn.Module):
         return h
 
 
+def _group_losses(group: _Group, rows: Tensor, targets: Tensor) -> Tensor:
+    """The mean squared error of each network of ``group`` on its mini-batch (pixel indices ``rows``, one row per
+    network): what ``compile`` fuses (each layer's activations, forward and backward, around its product)."""
+    x = group.features[group.source[:, None], rows]
+    return ((group(x) - targets[rows]) ** 2).mean(dim=(1, 2))
+
+
 class QueueTraining:
     """The training state of a queue of :class:`FitJob` s (see the module); :func:`fit_jobs` runs it.
 
     Every job must share the targets, the held-out pixels, the mini-batch size and the Adam flavour
     (one step for all); ``graph`` captures the step as a CUDA graph (CUDA only; a failed capture raises
-    :class:`CaptureFailed`).
+    :class:`CaptureFailed`); ``compile`` runs each group's loss through ``torch.compile``. :data:`MODES`
+    names the combinations, fastest first.
     """
 
-    def __init__(self, jobs: Sequence[FitJob], device: torch.device | str = "cpu", graph: bool = False):
+    def __init__(self, jobs: Sequence[FitJob], device: torch.device | str = "cpu", graph: bool = False,
+                 compile: bool = False):
         if not jobs:
             raise ValueError("need at least one fit")
         first = jobs[0]
@@ -202,11 +217,10 @@ class QueueTraining:
             for k in range(len(job.seeds)):
                 by_shape.setdefault((_shape(job), inputs.shape[-1]), []).append((job, k, source(inputs[k])))
         self.groups = [_Group(members).to(self.device) for members in by_shape.values()]
-        self.inputs = {}
         for group in self.groups:  # per group, its distinct inputs stacked: (sources, pixels, features)
             used = sorted(set(group.source.tolist()))
             group.source.copy_(torch.tensor([used.index(s) for s in group.source.tolist()]))
-            self.inputs[id(group)] = torch.stack([sources[s] for s in used]).to(self.device)
+            group.register_buffer("features", torch.stack([sources[s] for s in used]).to(self.device))
         # the networks in the stack's order, and where each job's networks are in it
         self.order = [(job, k) for group in self.groups for job, k, _ in group.members]
         self.count = len(self.order)
@@ -241,16 +255,16 @@ class QueueTraining:
         self.steps = torch.arange(self.batch_size, device=self.device)
         self.graph = None
         self.want_graph = graph and self.device.type == "cuda"
-        self.mode = "CUDA graph" if self.want_graph else "eager"
+        self.group_losses = [torch.compile(_group_losses, dynamic=False) if compile else _group_losses
+                             for _ in self.groups]
+        self.mode = ("CUDA graph" if self.want_graph else "eager") + (", compiled" if compile else "")
 
     def _losses(self, batch: Tensor) -> Tensor:
         """Each network's mean squared error on its mini-batch (``batch``: pixel indices ``(count, size)``)."""
         out, start = [], 0
-        for group in self.groups:
-            rows = batch[start:start + len(group.members)]
+        for group, losses in zip(self.groups, self.group_losses):
+            out.append(losses(group, batch[start:start + len(group.members)], self.targets))
             start += len(group.members)
-            x = self.inputs[id(group)][group.source[:, None], rows]
-            out.append(((group(x) - self.targets[rows]) ** 2).mean(dim=(1, 2)))
         return torch.cat(out) if len(out) > 1 else out[0]
 
     def _step(self, size: int) -> None:
@@ -357,7 +371,7 @@ class QueueTraining:
             chunk_size = group.members[0][0].eval_chunk
             for chunk in idx.split(chunk_size):
                 chunk = chunk.to(self.device)
-                error = group(self.inputs[id(group)][group.source[:, None], chunk]) - self.targets[chunk]
+                error = group(group.features[group.source[:, None], chunk]) - self.targets[chunk]
                 total += (error.double() ** 2).sum(dim=(1, 2))
             out.append(total / idx.numel())
         return torch.cat(out).cpu().numpy()
@@ -403,23 +417,53 @@ class QueueTraining:
         return time.perf_counter() - began
 
 
-def fit_jobs(jobs: Sequence[FitJob], device: torch.device | str = "cpu", graph: bool = False,
+def fit_jobs(jobs: Sequence[FitJob], device: torch.device | str = "cpu", mode: str = "eager",
              deadline: float | None = None, on_end: Callable[[int, list[EpochCurves]], None] | None = None,
              notes: list[str] | None = None) -> list[list[EpochCurves]]:
     """Train ``jobs`` as one stacked fit (:class:`QueueTraining`); each job's curves, as :func:`fit_stack` gives them.
 
-    ``on_end(j, curves)`` is called as soon as job ``j`` has ended (its epochs, or its ``stop_below``).
-    ``deadline`` (``time.monotonic()`` seconds): from the third epoch on, a ``TimeoutError`` when the
-    epochs left would end past it at the pace so far. ``notes`` receives how the step ran.
+    ``mode`` is one of :data:`MODES` (:func:`probe` finds the fastest that works); when its CUDA graph capture
+    fails, the fit starts again eagerly. ``on_end(j, curves)`` is called as soon as job ``j`` has ended (its
+    epochs, or its ``stop_below``). ``deadline`` (``time.monotonic()`` seconds): from the third epoch on, a
+    ``TimeoutError`` when the epochs left would end past it at the pace so far. ``notes`` receives the mode
+    it ran in and why another failed.
     """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     notes = notes if notes is not None else []
     try:
-        return _fit(QueueTraining(jobs, device, graph), deadline, on_end, notes)
+        return _fit(QueueTraining(jobs, device, *MODES[mode]), deadline, on_end, notes)
     except CaptureFailed as err:
-        if not graph:
-            raise
         notes.append(str(err)[:600])
-        return _fit(QueueTraining(jobs, device, False), deadline, on_end, notes)
+        return _fit(QueueTraining(jobs, device), deadline, on_end, notes)
+
+
+def probe(jobs: Sequence[FitJob], device: torch.device | str = "cpu", modes: Sequence[str] | None = None,
+          steps: int = 20, notes: list[str] | None = None) -> dict[str, Any]:
+    """Time a throw-away stack of ``jobs`` in the first of ``modes`` that works (default: on CUDA those of
+    :data:`MODES` with a graph, then eager; on a CPU eager): ``{"mode", "ms_per_step", "s_per_evaluation",
+    "groups", "predicted_minutes"}``, the prediction by :meth:`QueueTraining.predicted_seconds`. ``notes``
+    receives why a mode failed."""
+    cuda = torch.device(device).type == "cuda"
+    modes = list(modes) if modes is not None else (["CUDA graph, compiled", "CUDA graph", "eager"] if cuda
+                                                   else ["eager"])
+    notes = notes if notes is not None else []
+    for mode in modes:
+        training = None
+        try:
+            training = QueueTraining(jobs, device, *MODES[mode])
+            step = training.seconds_per_step(steps)
+            evaluation = training.seconds_per_evaluation()
+            return {"mode": mode, "ms_per_step": 1e3 * step, "s_per_evaluation": evaluation,
+                    "groups": [len(g.members) for g in training.groups],
+                    "predicted_minutes": training.predicted_seconds(step, evaluation) / 60}
+        except Exception as err:
+            notes.append(f"{mode} failed: {type(err).__name__}: {err}"[:600])
+        finally:
+            del training
+            if cuda:
+                torch.cuda.empty_cache()
+    raise RuntimeError(f"every mode failed ({', '.join(modes)}): " + " | ".join(notes[-len(modes):]))
 
 
 def _fit(training: QueueTraining, deadline: float | None, on_end: Callable[[int, list[EpochCurves]], None] | None,

@@ -60,7 +60,7 @@ def test_the_stacked_queue_equals_each_fit_alone_including_one_that_stops_early(
     training = QueueTraining(jobs)
     assert [len(g.members) for g in training.groups] == [3, 5]  # SIREN-first-layer networks, encoder networks
     assert [len(runs) for runs in training.groups[1].slices] == [3, 3, 3, 1]  # three activations, linear output
-    assert training.inputs[id(training.groups[1])].shape[0] == 2  # the two encoders' features, once each
+    assert training.groups[1].features.shape[0] == 2  # the two encoders' features, once each
     ended = []
     stacked = fit_jobs(jobs, on_end=lambda j, curves: ended.append((j, len(curves[0].epoch_loss))))
     assert ended == [(4, 2), (0, 3), (1, 4), (2, 4), (3, 4)]
@@ -109,3 +109,24 @@ def test_a_unit_is_planned_by_its_fits_and_built_from_the_stacked_curves(monkeyp
         unit()
     with pytest.raises(NotStackable, match="keeps its trained model"), planned(module):
         module.fit_stack(**calls[0], keep={})
+
+
+def test_the_compiled_step_trains_as_the_eager_one_and_the_probe_predicts_the_queue():
+    """``torch.compile`` (the mode the GPU runs, with its CUDA graph) fuses the step without changing it beyond
+    float rounding; :func:`probe` times a throw-away stack in the first mode that works and predicts the queue."""
+    from gmp.minibatch_queue import probe
+
+    calls = _calls()
+    jobs = [FitJob.of_call(**calls[i]) for i in (0, 3)]
+    notes = []
+    compiled = fit_jobs(jobs, mode="compiled", notes=notes)
+    assert notes == ["mode: eager, compiled"]
+    for fits, call in zip(compiled, (calls[0], calls[3])):
+        for a, b in zip(fits, fit_stack(**call)):
+            np.testing.assert_allclose(a.train_mse, b.train_mse, rtol=1e-5)
+    notes = []
+    probed = probe(jobs, modes=["no such mode", "eager"], steps=3, notes=notes)
+    assert probed["mode"] == "eager" and notes[0].startswith("no such mode failed: KeyError")
+    assert probed["groups"] == [2, 2] and probed["ms_per_step"] > 0
+    assert probed["predicted_minutes"] == pytest.approx(
+        4 * (8 * probed["ms_per_step"] / 1e3 + probed["s_per_evaluation"]) / 60)  # 4 epochs of 8 updates
