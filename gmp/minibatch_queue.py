@@ -5,9 +5,12 @@ of four networks, each about 1.1 million Adam updates of mini-batches of 32). On
 each update is a few dozen tiny kernel launches; :func:`fit_jobs` trains all of them at once:
 
 * networks whose layers have one shape (widths, initialisation, biases, SIREN layers) form a
-  group, whose every layer is one batched product (``torch.bmm``) over all its networks, each
-  network's activation applied to its own slice (the group is ordered by activation, so a layer
-  is one element-wise call per activation present, fused by ``torch.compile``);
+  head, and heads whose networks end in layers of one shape form a stack: each head's first
+  layers, then the shared last layers (the trunk), are one batched product (``torch.bmm``) per
+  layer over all their networks, each network's activation applied to its own slice (the
+  networks are ordered by activation: one element-wise call per activation present, fused into
+  one kernel by ``torch.compile``). Part III's queue is one stack: Fig. 4's networks (a SIREN
+  first layer) and Fig. 6's (encoded inputs) share their six last layers;
 * every network keeps what it has in :func:`fit_stack`: its initial weights and its shuffle
   (from its own seed), its Adam moments and learning rate, its plateau schedule, its divergence;
   every fit (a :class:`FitJob`) keeps its number of epochs and its stopping rule
@@ -114,31 +117,35 @@ class FitJob:
 
 
 def _shape(job: FitJob) -> tuple:
-    """What networks must share to be one group: every layer but its activation's name, and the input width."""
+    """What networks must share to be one head: every layer but its activation's name (the input width with it)."""
     return tuple((x.fan_in, x.fan_out, x.init, x.bias, x.omega, x.activation is None) for x in job.spec_layers)
 
 
-class _Group(nn.Module):
-    """The networks of one shape (:func:`_shape`), ordered by activations, as one batched computation."""
+def _common_suffix(a: tuple, b: tuple) -> int:
+    """How many last layers two shapes (:func:`_shape`) share."""
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return n
 
-    def __init__(self, members: list[tuple[FitJob, int, int]]):
+
+class _Layers(nn.Module):
+    """Layers of several networks with a network axis: ``weight_l`` ``(count, fan_in, fan_out)``, ``bias_l``
+    ``(count, 1, fan_out)``, each network's activation on its own slice (the networks come ordered so that those
+    with one activation are adjacent: one call per activation present, fused by ``torch.compile``). No layers:
+    the identity."""
+
+    def __init__(self, spec_layers: list[list[Dense]], inits: list[list[tuple[Tensor, Tensor | None]]]):
         super().__init__()
-        members = sorted(members, key=lambda m: tuple(str(x.activation) for x in m[0].spec_layers))
-        self.members = members  # (job, network of the job, input index)
-        self.spec_layers = members[0][0].spec_layers
-        per_network = []
-        for job, k, _ in members:
-            generator = torch.Generator().manual_seed(job.seeds[k])
-            per_network.append([_init(layer, generator) for layer in job.spec_layers])
-        self.weights = nn.ParameterList(nn.Parameter(torch.stack([net[i][0] for net in per_network]))
+        self.count = len(inits)
+        self.spec_layers = spec_layers[0]
+        self.weights = nn.ParameterList(nn.Parameter(torch.stack([net[i][0] for net in inits]))
                                         for i in range(len(self.spec_layers)))
-        self.biases = nn.ParameterList(nn.Parameter(torch.stack([net[i][1] for net in per_network]))
+        self.biases = nn.ParameterList(nn.Parameter(torch.stack([net[i][1] for net in inits]))
                                        for i, layer in enumerate(self.spec_layers) if layer.bias is not None)
-        self.register_buffer("source", torch.tensor([m[2] for m in members]))
-        # per layer: [(start, stop, activation)] over runs of networks with the same activation there
-        self.slices: list[list[tuple[int, int, nn.Module]]] = []
-        for i, layer in enumerate(self.spec_layers):
-            names = [m[0].spec_layers[i].activation for m in members]
+        self.slices: list[list[tuple[int, int, nn.Module]]] = []  # per layer: (start, stop, activation) runs
+        for i in range(len(self.spec_layers)):
+            names = [net[i].activation for net in spec_layers]
             runs, start = [], 0
             for n in range(1, len(names) + 1):
                 if n == len(names) or names[n] != names[start]:
@@ -161,11 +168,75 @@ class _Group(nn.Module):
         return h
 
 
-def _group_losses(group: _Group, rows: Tensor, targets: Tensor) -> Tensor:
-    """The mean squared error of each network of ``group`` on its mini-batch (pixel indices ``rows``, one row per
+class _Stack(nn.Module):
+    """Networks that share their last layers' shapes (a trunk of ``trunk`` layers) as one batched computation.
+
+    ``heads`` lists the networks by the shape of their first layers (before the trunk; none for some): each head
+    is one :class:`_Layers` over its networks, fed from its own inputs (``features[source]``); their outputs,
+    side by side on the network axis, go through the trunk, one :class:`_Layers` over all of them. A member is
+    ``(job, network of the job, input)``; every network is initialised from its seed in its own layer order, as
+    :class:`gmp.minibatch.StackedNetworks` does."""
+
+    def __init__(self, heads: list[list[tuple[FitJob, int, Tensor]]], trunk: int):
+        super().__init__()
+        heads = [sorted(members, key=lambda m: tuple(str(x.activation) for x in m[0].spec_layers)) for members in heads]
+        self.members = [m for members in heads for m in members]
+        inits = []
+        for job, k, _ in self.members:
+            generator = torch.Generator().manual_seed(job.seeds[k])
+            inits.append([_init(layer, generator) for layer in job.spec_layers])
+        self.heads = nn.ModuleList()
+        start = 0
+        for members in heads:
+            cut = len(members[0][0].spec_layers) - trunk
+            head = _Layers([job.spec_layers[:cut] for job, _, _ in members], [x[:cut] for x in
+                                                                                 inits[start:start + len(members)]])
+            sources: list[Tensor] = []
+            index = []
+            for _, _, x in members:  # each distinct input once
+                found = next((i for i, y in enumerate(sources) if y.shape == x.shape and torch.equal(y, x)), None)
+                if found is None:
+                    sources.append(x)
+                    found = len(sources) - 1
+                index.append(found)
+            head.register_buffer("source", torch.tensor(index))
+            head.register_buffer("features", torch.stack(sources))
+            self.heads.append(head)
+            start += len(members)
+        self.trunk = _Layers([job.spec_layers[-trunk:] for job, _, _ in self.members], [x[-trunk:] for x in inits])
+
+    def forward(self, rows: Tensor) -> Tensor:
+        """The outputs ``(count, size, 1)`` of every network at its pixels ``rows`` (``(count, size)`` indices)."""
+        hs, start = [], 0
+        for head in self.heads:
+            hs.append(head(head.features[head.source[:, None], rows[start:start + head.count]]))
+            start += head.count
+        return self.trunk(torch.cat(hs) if len(hs) > 1 else hs[0])
+
+
+def _stack_losses(stack: _Stack, rows: Tensor, targets: Tensor) -> Tensor:
+    """The mean squared error of each network of ``stack`` on its mini-batch (pixel indices ``rows``, one row per
     network): what ``compile`` fuses (each layer's activations, forward and backward, around its product)."""
-    x = group.features[group.source[:, None], rows]
-    return ((group(x) - targets[rows]) ** 2).mean(dim=(1, 2))
+    return ((stack(rows) - targets[rows]) ** 2).mean(dim=(1, 2))
+
+
+def _stacks(jobs: Sequence[FitJob]) -> list[_Stack]:
+    """The networks of ``jobs`` as stacks: networks of one shape (:func:`_shape`) form a head, and heads whose
+    networks share their last layers' shapes one stack, whose trunk is those layers."""
+    by_shape: dict[tuple, list[tuple[FitJob, int, Tensor]]] = {}
+    for job in jobs:
+        inputs = job.inputs if job.inputs.dim() == 3 else job.inputs.unsqueeze(0).expand(len(job.seeds), -1, -1)
+        by_shape.setdefault(_shape(job), []).extend((job, k, inputs[k]) for k in range(len(job.seeds)))
+    merged: list[tuple[list[tuple], int]] = []  # (shapes, trunk length)
+    for shape in by_shape:
+        for i, (shapes, trunk) in enumerate(merged):
+            common = _common_suffix(shapes[0], shape)
+            if common:
+                merged[i] = (shapes + [shape], min(trunk, common))
+                break
+        else:
+            merged.append(([shape], len(shape)))
+    return [_Stack([by_shape[shape] for shape in shapes], trunk) for shapes, trunk in merged]
 
 
 class QueueTraining:
@@ -173,7 +244,8 @@ class QueueTraining:
 
     Every job must share the targets, the held-out pixels, the mini-batch size and the Adam flavour
     (one step for all); ``graph`` captures the step as a CUDA graph (CUDA only; a failed capture raises
-    :class:`CaptureFailed`); ``compile`` runs each group's loss through ``torch.compile``. :data:`MODES`
+    :class:`CaptureFailed`); ``compile`` runs each stack's loss and the Adam update through ``torch.compile``.
+    :data:`MODES`
     names the combinations, fastest first.
     """
 
@@ -201,40 +273,25 @@ class QueueTraining:
         self.heldout = first.heldout
         self.updates = math.ceil(self.train_idx.numel() / self.batch_size)
         self.targets = first.targets.to(self.device)
-        # inputs: one tensor per distinct input (shared by networks that see the same features)
-        sources: list[Tensor] = []
-
-        def source(x: Tensor) -> int:
-            for i, s in enumerate(sources):
-                if s.shape == x.shape and torch.equal(s, x):
-                    return i
-            sources.append(x)
-            return len(sources) - 1
-
-        by_shape: dict[tuple, list[tuple[FitJob, int, int]]] = {}
-        for job in self.jobs:
-            inputs = job.inputs if job.inputs.dim() == 3 else job.inputs.unsqueeze(0).expand(len(job.seeds), -1, -1)
-            for k in range(len(job.seeds)):
-                by_shape.setdefault((_shape(job), inputs.shape[-1]), []).append((job, k, source(inputs[k])))
-        self.groups = [_Group(members).to(self.device) for members in by_shape.values()]
-        for group in self.groups:  # per group, its distinct inputs stacked: (sources, pixels, features)
-            used = sorted(set(group.source.tolist()))
-            group.source.copy_(torch.tensor([used.index(s) for s in group.source.tolist()]))
-            group.register_buffer("features", torch.stack([sources[s] for s in used]).to(self.device))
-        # the networks in the stack's order, and where each job's networks are in it
-        self.order = [(job, k) for group in self.groups for job, k, _ in group.members]
+        self.stacks = [stack.to(self.device) for stack in _stacks(self.jobs)]
+        # the networks in the stacks' order, and where each job's networks are in it
+        self.order = [(job, k) for stack in self.stacks for job, k, _ in stack.members]
         self.count = len(self.order)
         self.job_index = [next(j for j, other in enumerate(self.jobs) if other is job) for job, _ in self.order]
         self.where = {(id(job), k): n for n, (job, k) in enumerate(self.order)}
-        self.params = [p for group in self.groups for p in group.parameters()]
+        self.params, spans, start = [], [], 0
+        for stack in self.stacks:  # each parameter with the networks it holds (Adam's rates)
+            stack_start = start
+            for head in stack.heads:
+                self.params += list(head.parameters())
+                spans += [(start, start + head.count)] * len(list(head.parameters()))
+                start += head.count
+            self.params += list(stack.trunk.parameters())
+            spans += [(stack_start, start)] * len(list(stack.trunk.parameters()))
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
         self.eps = 1e-7 if self.flavour == "keras" else 1e-8
         self.betas = (0.9, 0.999)
-        spans, start = [], 0
-        for group in self.groups:
-            spans += [(start, start + len(group.members))] * len(list(group.parameters()))
-            start += len(group.members)
         self.spans = spans
         self.generators = [torch.Generator().manual_seed(10_000 + job.seeds[k]) for job, k in self.order]
         self.lrs = [job.lr[k] for job, k in self.order]
@@ -255,16 +312,17 @@ class QueueTraining:
         self.steps = torch.arange(self.batch_size, device=self.device)
         self.graph = None
         self.want_graph = graph and self.device.type == "cuda"
-        self.group_losses = [torch.compile(_group_losses, dynamic=False) if compile else _group_losses
-                             for _ in self.groups]
+        self.stack_losses = [torch.compile(_stack_losses, dynamic=False) if compile else _stack_losses
+                             for _ in self.stacks]
+        self.update = torch.compile(_adam_update, dynamic=False) if compile else _adam_update
         self.mode = ("CUDA graph" if self.want_graph else "eager") + (", compiled" if compile else "")
 
     def _losses(self, batch: Tensor) -> Tensor:
         """Each network's mean squared error on its mini-batch (``batch``: pixel indices ``(count, size)``)."""
         out, start = [], 0
-        for group, losses in zip(self.groups, self.group_losses):
-            out.append(losses(group, batch[start:start + len(group.members)], self.targets))
-            start += len(group.members)
+        for stack, losses in zip(self.stacks, self.stack_losses):
+            out.append(losses(stack, batch[start:start + len(stack.members)], self.targets))
+            start += len(stack.members)
         return torch.cat(out) if len(out) > 1 else out[0]
 
     def _step(self, size: int) -> None:
@@ -282,7 +340,7 @@ class QueueTraining:
             root_c2 = torch.ones_like(factor) if keras else torch.sqrt(c2).float()
             scale = self.rates * factor
             scales = [scale[a:b].view(-1, *([1] * (p.dim() - 1))) for (a, b), p in zip(self.spans, self.params)]
-            _adam_update(self.params, list(grads), self.m, self.v, scales, root_c2, self.betas, self.eps)
+            self.update(self.params, list(grads), self.m, self.v, scales, root_c2, self.betas, self.eps)
             self.offset.add_(size)
 
     def _capture(self) -> None:
@@ -366,12 +424,11 @@ class QueueTraining:
     @torch.no_grad()
     def _evaluate(self, idx: Tensor) -> np.ndarray:
         out = []
-        for group in self.groups:
-            total = torch.zeros(len(group.members), dtype=torch.float64, device=self.device)
-            chunk_size = group.members[0][0].eval_chunk
-            for chunk in idx.split(chunk_size):
+        for stack in self.stacks:
+            total = torch.zeros(len(stack.members), dtype=torch.float64, device=self.device)
+            for chunk in idx.split(stack.members[0][0].eval_chunk):
                 chunk = chunk.to(self.device)
-                error = group(group.features[group.source[:, None], chunk]) - self.targets[chunk]
+                error = stack(chunk.expand(len(stack.members), -1)) - self.targets[chunk]
                 total += (error.double() ** 2).sum(dim=(1, 2))
             out.append(total / idx.numel())
         return torch.cat(out).cpu().numpy()
@@ -442,7 +499,7 @@ def probe(jobs: Sequence[FitJob], device: torch.device | str = "cpu", modes: Seq
           steps: int = 20, notes: list[str] | None = None) -> dict[str, Any]:
     """Time a throw-away stack of ``jobs`` in the first of ``modes`` that works (default: on CUDA those of
     :data:`MODES` with a graph, then eager; on a CPU eager): ``{"mode", "ms_per_step", "s_per_evaluation",
-    "groups", "predicted_minutes"}``, the prediction by :meth:`QueueTraining.predicted_seconds`. ``notes``
+    "groups" (networks per head, per stack), "predicted_minutes"}``, the prediction by :meth:`QueueTraining.predicted_seconds`. ``notes``
     receives why a mode failed."""
     cuda = torch.device(device).type == "cuda"
     modes = list(modes) if modes is not None else (["CUDA graph, compiled", "CUDA graph", "eager"] if cuda
@@ -455,7 +512,7 @@ def probe(jobs: Sequence[FitJob], device: torch.device | str = "cpu", modes: Seq
             step = training.seconds_per_step(steps)
             evaluation = training.seconds_per_evaluation()
             return {"mode": mode, "ms_per_step": 1e3 * step, "s_per_evaluation": evaluation,
-                    "groups": [len(g.members) for g in training.groups],
+                    "groups": [[head.count for head in stack.heads] for stack in training.stacks],
                     "predicted_minutes": training.predicted_seconds(step, evaluation) / 60}
         except Exception as err:
             notes.append(f"{mode} failed: {type(err).__name__}: {err}"[:600])

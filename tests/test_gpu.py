@@ -105,7 +105,7 @@ def test_the_stacked_second_job_probes_and_when_it_fails_leaves_every_unit_to_th
     probed = gpu.compute_units_stacked(out, ["sbsnn_author_figs"], "smoke", "cpu", time.monotonic() + 120,
                                        probe_only=True)
     [queue] = probed["queues"]
-    assert queue["status"] == "probed only" and queue["networks"] == 3 and queue["groups"] == [1, 2]
+    assert queue["status"] == "probed only" and queue["networks"] == 3 and queue["groups"] == [[1, 2]]
     assert queue["probe_ms_per_step"] > 0 and queue["predicted_minutes"] > 0 and probed["done"] == {}
 
     def fail(*args, **kwargs):

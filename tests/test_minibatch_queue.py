@@ -58,9 +58,10 @@ def test_the_stacked_queue_equals_each_fit_alone_including_one_that_stops_early(
     calls = _calls()
     jobs = [FitJob.of_call(**call) for call in calls]
     training = QueueTraining(jobs)
-    assert [len(g.members) for g in training.groups] == [3, 5]  # SIREN-first-layer networks, encoder networks
-    assert [len(runs) for runs in training.groups[1].slices] == [3, 3, 3, 1]  # three activations, linear output
-    assert training.groups[1].features.shape[0] == 2  # the two encoders' features, once each
+    assert [[head.count for head in stack.heads] for stack in training.stacks] == [[3, 5]]  # one trunk, two heads
+    assert [len(head.weights) for head in training.stacks[0].heads] == [1, 0]  # a SIREN first layer; encoded inputs
+    assert [len(runs) for runs in training.stacks[0].trunk.slices] == [5, 5, 5, 1]  # activations by head, linear output
+    assert training.stacks[0].heads[1].features.shape[0] == 2  # the two encoders' features, once each
     ended = []
     stacked = fit_jobs(jobs, on_end=lambda j, curves: ended.append((j, len(curves[0].epoch_loss))))
     assert ended == [(4, 2), (0, 3), (1, 4), (2, 4), (3, 4)]
@@ -127,6 +128,6 @@ def test_the_compiled_step_trains_as_the_eager_one_and_the_probe_predicts_the_qu
     notes = []
     probed = probe(jobs, modes=["no such mode", "eager"], steps=3, notes=notes)
     assert probed["mode"] == "eager" and notes[0].startswith("no such mode failed: KeyError")
-    assert probed["groups"] == [2, 2] and probed["ms_per_step"] > 0
+    assert probed["groups"] == [[2, 2]] and probed["ms_per_step"] > 0
     assert probed["predicted_minutes"] == pytest.approx(
         4 * (8 * probed["ms_per_step"] / 1e3 + probed["s_per_evaluation"]) / 60)  # 4 epochs of 8 updates
