@@ -315,7 +315,7 @@ class QueueTraining:
         self.stack_losses = [torch.compile(_stack_losses, dynamic=False) if compile else _stack_losses
                              for _ in self.stacks]
         self.update = torch.compile(_adam_update, dynamic=False) if compile else _adam_update
-        self.mode = ("CUDA graph" if self.want_graph else "eager") + (", compiled" if compile else "")
+        self.mode = next(name for name, flags in MODES.items() if flags == (self.want_graph, compile))
 
     def _losses(self, batch: Tensor) -> Tensor:
         """Each network's mean squared error on its mini-batch (``batch``: pixel indices ``(count, size)``)."""
