@@ -51,11 +51,13 @@ __all__ = ["CaptureFailed", "FitJob", "MODES", "NotStackable", "QueueTraining", 
 
 MODES = {"CUDA graph, compiled": (True, True), "CUDA graph": (True, False), "compiled": (False, True),
          "eager": (False, False)}
-"""How the stacked step can run, as ``(graph, compile)`` for :class:`QueueTraining`: on CUDA the first three in
-this order (:func:`probe`), on a CPU eagerly (``"compiled"`` is there for a CPU with a C++ toolchain)."""
+"""The ways the stacked step can run, each as ``(graph, compile)`` for :class:`QueueTraining`. On CUDA
+:func:`probe` tries the two with a graph in this order, then eager; on a CPU eager only (``"compiled"`` is there
+for a CPU with a C++ toolchain)."""
 
 RUN_ONLY = ("checkpoint", "checkpoint_every", "device", "progress", "desc", "compile")
-"""Arguments of :func:`fit_stack` that say how a fit runs, not what it computes: not part of a :class:`FitJob`."""
+"""The arguments of :func:`fit_stack` that say how a fit runs, not what it computes, and are not part of a
+:class:`FitJob`."""
 
 
 class CaptureFailed(RuntimeError):
