@@ -590,7 +590,8 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
         try:
             probed = mq.probe([jobs[i] for i in queue], device, notes=notes)
             entry.update(probe_mode=probed["mode"], probe_ms_per_step=round(probed["ms_per_step"], 4),
-                         probe_s_per_evaluation=round(probed["s_per_evaluation"], 3), groups=probed["groups"],
+                         probe_s_per_epoch_besides_updates=round(probed["s_per_epoch_besides_updates"], 3),
+                         groups=probed["groups"],
                          predicted_minutes=round(probed["predicted_minutes"], 2))
             left = (deadline - time.monotonic()) / 60
             entry["minutes_left"] = round(left, 2)
@@ -617,7 +618,8 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
                         notes=notes)
             entry.update(status="trained", minutes=round((time.monotonic() - started) / 60, 2))
         except Exception as err:
-            entry["status"] = f"failed (its units not journalled: unit by unit): {type(err).__name__}: {err}"[:1500]
+            entry["status"] = (f"failed (the units it had not journalled go unit by unit): {type(err).__name__}: "
+                               f"{err}")[:1500]
             print(f"  stacked queue: {entry['status']}", flush=True)
         finally:
             entry["notes"] = notes

@@ -46,8 +46,8 @@ from gmp.activations import activation as _activation
 from gmp.minibatch import KERAS_BATCH_SIZE, Dense, EpochCurves, Plateau, _adam_update, _init, fit_stack
 from gmp.train import check_fit_arguments
 
-__all__ = ["CaptureFailed", "FitJob", "MODES", "NotStackable", "QueueTraining", "fit_jobs", "planned", "probe", "queues",
-           "replayed"]
+__all__ = ["CaptureFailed", "FitJob", "MODES", "NotStackable", "QueueTraining", "fit_jobs", "planned", "probe",
+           "queues", "replayed"]
 
 MODES = {"CUDA graph, compiled": (True, True), "CUDA graph": (True, False), "compiled": (False, True),
          "eager": (False, False)}
@@ -365,6 +365,7 @@ class QueueTraining:
     def run_epoch(self, steps: int | None = None) -> None:
         """One epoch of every fit still running (or only its first ``steps`` updates, for a probe: no curves)."""
         epoch = self.epoch
+        began = time.perf_counter()
         self.batches.copy_(torch.stack([self.train_idx[torch.randperm(self.train_idx.numel(), generator=g)]
                                         if self._active(n) else self.train_idx
                                         for n, g in enumerate(self.generators)]).to(self.device))
@@ -373,7 +374,9 @@ class QueueTraining:
         self.rates.copy_(torch.tensor(self.lrs, dtype=torch.float32) * torch.tensor(alive))
         self.running.zero_()
         self.offset.zero_()
-        began = time.perf_counter()
+        self._synchronize()
+        looped = time.perf_counter()
+        self.setup_seconds = looped - began
         sizes = [min(self.batch_size, self.train_idx.numel() - i * self.batch_size) for i in range(self.updates)]
         sizes = sizes[:steps]
         i = 0
@@ -391,6 +394,8 @@ class QueueTraining:
                     raise CaptureFailed(f"the CUDA graph capture failed ({type(err).__name__}: {err}); its warm-up "
                                         "steps may have run in part: start the queue again in eager mode") from err
                 i += 3
+        self._synchronize()
+        self.steps_seconds = time.perf_counter() - looped
         if steps is not None:
             return
         epoch_loss = (self.running / self.train_idx.numel()).cpu().numpy()
@@ -449,31 +454,32 @@ class QueueTraining:
                             curves["seconds"][k], self.updates, job.mse_to_unit, self.diverged[n])
                 for k, n in enumerate(nets)]
 
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
     def seconds_per_step(self, steps: int = 20) -> float:
-        """Seconds per update of the whole stack, timed over ``steps`` updates after a warm-up (and the capture)
-        of one epoch's first ones; the state is changed by them (a probe's stack is thrown away)."""
-        warm = min(self.updates, 8 if self.want_graph else 2)
-        self.run_epoch(steps=warm)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        began = time.perf_counter()
+        """Seconds per update of the whole stack, timed over ``steps`` updates (not the epoch's shuffles) after a
+        warm-up (and the capture) of one epoch's first ones; the state is changed by them (a probe's stack is
+        thrown away)."""
+        self.run_epoch(steps=min(self.updates, 8 if self.want_graph else 2))
         self.run_epoch(steps=min(steps, self.updates))
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        return (time.perf_counter() - began) / min(steps, self.updates)
+        return self.steps_seconds / min(steps, self.updates)
 
-    def predicted_seconds(self, step_seconds: float, eval_seconds: float = 0.0) -> float:
-        """The queue's time at ``step_seconds`` per update and ``eval_seconds`` per epoch's evaluation: every
-        epoch of the longest fit, all its updates (an upper bound: fits ending earlier make the stack no cheaper)."""
-        return max(job.epochs for job in self.jobs) * (self.updates * step_seconds + eval_seconds)
-
-    def seconds_per_evaluation(self) -> float:
-        """Seconds of one epoch's evaluation of every network (training and held-out pixels)."""
+    def seconds_per_epoch_besides_updates(self) -> float:
+        """Seconds an epoch spends besides its updates: its shuffles and their copy to the device (as the last
+        epoch measured them) and the evaluation of every network (training and held-out pixels), timed now."""
         began = time.perf_counter()
         self._evaluate(self.train_idx)
         if self.heldout is not None:
             self._evaluate(self.heldout)
-        return time.perf_counter() - began
+        return self.setup_seconds + time.perf_counter() - began
+
+    def predicted_seconds(self, step_seconds: float, epoch_seconds: float = 0.0) -> float:
+        """The queue's time at ``step_seconds`` per update and ``epoch_seconds`` per epoch besides its updates
+        (:meth:`seconds_per_epoch_besides_updates`): every epoch of the longest fit, all its updates (an upper
+        bound: fits that end earlier make the stack no cheaper)."""
+        return max(job.epochs for job in self.jobs) * (self.updates * step_seconds + epoch_seconds)
 
 
 def fit_jobs(jobs: Sequence[FitJob], device: torch.device | str = "cpu", mode: str = "eager",
@@ -500,9 +506,9 @@ def fit_jobs(jobs: Sequence[FitJob], device: torch.device | str = "cpu", mode: s
 def probe(jobs: Sequence[FitJob], device: torch.device | str = "cpu", modes: Sequence[str] | None = None,
           steps: int = 20, notes: list[str] | None = None) -> dict[str, Any]:
     """Time a throw-away stack of ``jobs`` in the first of ``modes`` that works (default: on CUDA those of
-    :data:`MODES` with a graph, then eager; on a CPU eager): ``{"mode", "ms_per_step", "s_per_evaluation",
-    "groups" (networks per head, per stack), "predicted_minutes"}``, the prediction by :meth:`QueueTraining.predicted_seconds`. ``notes``
-    receives why a mode failed."""
+    :data:`MODES` with a graph, then eager; on a CPU eager). Returns ``mode``, ``ms_per_step``,
+    ``s_per_epoch_besides_updates``, ``groups`` (networks per head, per stack) and ``predicted_minutes``
+    (:meth:`QueueTraining.predicted_seconds`) in a dict. ``notes`` receives why a mode failed."""
     cuda = torch.device(device).type == "cuda"
     modes = list(modes) if modes is not None else (["CUDA graph, compiled", "CUDA graph", "eager"] if cuda
                                                    else ["eager"])
@@ -512,10 +518,10 @@ def probe(jobs: Sequence[FitJob], device: torch.device | str = "cpu", modes: Seq
         try:
             training = QueueTraining(jobs, device, *MODES[mode])
             step = training.seconds_per_step(steps)
-            evaluation = training.seconds_per_evaluation()
-            return {"mode": mode, "ms_per_step": 1e3 * step, "s_per_evaluation": evaluation,
+            besides = training.seconds_per_epoch_besides_updates()
+            return {"mode": mode, "ms_per_step": 1e3 * step, "s_per_epoch_besides_updates": besides,
                     "groups": [[head.count for head in stack.heads] for stack in training.stacks],
-                    "predicted_minutes": training.predicted_seconds(step, evaluation) / 60}
+                    "predicted_minutes": training.predicted_seconds(step, besides) / 60}
         except Exception as err:
             notes.append(f"{mode} failed: {type(err).__name__}: {err}"[:600])
         finally:

@@ -113,7 +113,8 @@ def test_the_stacked_second_job_probes_and_when_it_fails_leaves_every_unit_to_th
 
     monkeypatch.setattr(minibatch_queue, "fit_jobs", fail)
     failed = gpu.compute_units_stacked(out, ["sbsnn_author_figs"], "smoke", "cpu", time.monotonic() + 120)
-    assert failed["queues"][0]["status"].startswith("failed (its units not journalled: unit by unit): RuntimeError")
+    assert failed["queues"][0]["status"].startswith("failed (the units it had not journalled go unit by unit): "
+                                                    "RuntimeError: a device error")
     digest = gpu.unit_config("sbsnn_author_figs", "smoke").digest
     assert not (out / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}.jsonl").exists()
     done = gpu.compute_units(out, "sbsnn_author_figs", "smoke", "cpu", time.monotonic() + 120)

@@ -130,4 +130,4 @@ def test_the_compiled_step_trains_as_the_eager_one_and_the_probe_predicts_the_qu
     assert probed["mode"] == "eager" and notes[0].startswith("no such mode failed: KeyError")
     assert probed["groups"] == [[2, 2]] and probed["ms_per_step"] > 0
     assert probed["predicted_minutes"] == pytest.approx(
-        4 * (8 * probed["ms_per_step"] / 1e3 + probed["s_per_evaluation"]) / 60)  # 4 epochs of 8 updates
+        4 * (8 * probed["ms_per_step"] / 1e3 + probed["s_per_epoch_besides_updates"]) / 60)  # 4 epochs of 8 updates
