@@ -592,7 +592,7 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
             entry.update(probe_mode=probed["mode"], probe_ms_per_step=round(probed["ms_per_step"], 4),
                          probe_s_per_epoch_besides_updates=round(probed["s_per_epoch_besides_updates"], 3),
                          groups=probed["groups"],
-                         predicted_minutes=round(probed["predicted_minutes"], 2))
+                         predicted_minutes=float(f"{probed['predicted_minutes']:.4g}"))
             left = (deadline - time.monotonic()) / 60
             entry["minutes_left"] = round(left, 2)
             print(f"  stacked queue of {entry['networks']} networks ({len(units)} units, {probed['mode']}): "
