@@ -521,9 +521,11 @@ def _with_staging(staging: Path, make: Any) -> Any:
 
 def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device: str, deadline: float, seed: int = 0,
                           probe_only: bool = False) -> dict[str, Any]:
-    """Compute the :func:`missing_units` of ``chapters`` as one stacked fit (:mod:`gmp.minibatch_queue`) where
-    their fits allow it, on ``device`` until ``deadline`` (monotonic s); what was done, also in
-    ``out/`` :data:`STACKED_REPORT` as it goes.
+    """Train the missing units of chapters as one stacked fit where their fits allow it; what was done.
+
+    The units are ``chapters``' :func:`missing_units`, the stacked fit :mod:`gmp.minibatch_queue`'s, on
+    ``device`` until ``deadline`` (monotonic s); the report also goes to ``out/`` :data:`STACKED_REPORT` as it
+    goes.
 
     Each unit is called once with its ``fit_stack`` recorded, not run (:func:`gmp.minibatch_queue.planned`); a
     unit that fits otherwise is left to :func:`compute_units` (``not_stacked``, with why). The planned fits
