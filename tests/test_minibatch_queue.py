@@ -131,3 +131,14 @@ def test_the_compiled_step_trains_as_the_eager_one_and_the_probe_predicts_the_qu
     assert probed["groups"] == [[2, 2]] and probed["ms_per_step"] > 0
     assert probed["predicted_minutes"] == pytest.approx(
         4 * (8 * probed["ms_per_step"] / 1e3 + probed["s_per_epoch_besides_updates"]) / 60)  # 4 epochs of 8 updates
+
+
+def test_a_queue_that_would_end_past_its_deadline_stops_after_handing_over_the_fits_that_ended():
+    import time
+
+    calls = _calls()
+    jobs = [FitJob.of_call(**{**calls[0], "epochs": 2}), FitJob.of_call(**calls[2])]
+    ended = []
+    with pytest.raises(TimeoutError, match="stopped after epoch 2: .* the 2 epochs left would end past the deadline"):
+        fit_jobs(jobs, deadline=time.monotonic(), on_end=lambda j, curves: ended.append(j))
+    assert ended == [0]
