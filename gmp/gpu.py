@@ -22,13 +22,17 @@ under ``OUT`` even when a step fails:
 4. With the time the group leaves (and ``--units-seconds`` kept for it), a second job: the
    units of Part III's paper-scale runs that neither the repository's journal nor its current
    cache holds (``UNIT_CHAPTERS``; the seeds, masks and ablation arms the CPU cannot
-   afford, including those a chapter's ``QUEUED`` settings add: :func:`unit_config`), each
+   afford, including those a chapter's ``QUEUED`` settings add: :func:`unit_config`). First all
+   of them that fit with ``fit_stack`` as one stacked fit (:func:`compute_units_stacked`, in a
+   child process: one queue per image and protocol, trained when its probe predicts that it ends
+   in time), each unit journalled whole under ``OUT/<chapter>/_partial/`` once its fits end; then
+   the rest (or all of them, when the stacked fit fails or ``--unit-by-unit`` is given), each
    computed whole by the chapter's ``units`` in its order, in a child process stopped at the
-   deadline, journalled under ``OUT/<chapter>/_partial/``. A unit cut short leaves its last
-   checkpoint there to come back (``<scale>-<digest>.<unit>.pt``), and resumes from it in a later
-   lease (:func:`merge`).
+   deadline, journalled there too. A unit cut short there leaves its last checkpoint to come
+   back (``<scale>-<digest>.<unit>.pt``), and resumes from it in a later lease (:func:`merge`).
 5. ``OUT/summary.json``: what ran, in which mode (CUDA graph or eager), the measured step
-   times and the minutes per group, and the units computed.
+   times and the minutes per group, the stacked fit's probes and prediction
+   (``units_stacked``), and the units computed.
 
 ``python -m gmp.gpu merge OUT`` adds the networks of a returned ``lu_real`` journal and the
 units of the other returned journals to the repository's journals
@@ -59,8 +63,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 __all__ = ["main", "chapter_code", "next_group", "load_group", "train_group", "unit_config", "missing_units",
-           "compute_units", "merge", "return_problems", "UNIT_CHAPTERS", "RETURN_FILES", "RETURN_BYTES",
-           "RETURN_DEPTH"]
+           "compute_units", "compute_units_stacked", "stacked_units_job", "merge", "return_problems", "UNIT_CHAPTERS",
+           "RETURN_FILES", "RETURN_BYTES", "RETURN_DEPTH"]
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -441,7 +445,8 @@ def missing_units(chapter: str, scale: str, seed: int = 0) -> list[str]:
 
 
 def compute_units(out: Path, chapter: str, scale: str, device: str, deadline: float, seed: int = 0) -> dict[str, Any]:
-    """Compute ``chapter``'s :func:`missing_units` (under :func:`unit_config`) on ``device`` until ``deadline``
+    """Compute ``chapter``'s :func:`missing_units` (under :func:`unit_config`) that ``out``'s journal lacks (the
+    stacked fit's, :func:`compute_units_stacked`, are there already) one at a time on ``device`` until ``deadline``
     (monotonic s), each journalled whole under ``out/<chapter>/_partial/`` as it finishes, with what was done
     in ``out/<chapter>/units.json`` after each unit. Meant for a child process that the caller stops at the
     deadline: a unit cut short is never journalled in part, but its last checkpoint (the chapter's
@@ -463,6 +468,7 @@ def compute_units(out: Path, chapter: str, scale: str, device: str, deadline: fl
     root = results.results_root()
     try:
         store = results.Store(chapter, cfg)
+        keys = summary["pending"] = [key for key in keys if store.journalled(key) is None]  # not the stacked fit's
         units = experiment.units(cfg, store, seed, device)
         _write_json(report, summary)
         for key in keys:
@@ -491,6 +497,161 @@ def compute_units(out: Path, chapter: str, scale: str, device: str, deadline: fl
         shutil.rmtree(staging, ignore_errors=True)  # at most 8 files come back from a GPU machine
     _write_json(report, summary)
     return summary
+
+
+STACKED_REPORT = "units-stacked.json"
+"""The file under ``OUT`` where the stacked fit's child process reports (:func:`stacked_units_job` reads it into the
+summary and removes it: at most 8 files come back)."""
+
+
+def _with_staging(staging: Path, make: Any) -> Any:
+    """``make()`` with :data:`gmp.results.STAGING_ENV` set to ``staging`` (a :class:`gmp.results.Store` reads it)."""
+    from gmp import results
+
+    previous = os.environ.get(results.STAGING_ENV)
+    os.environ[results.STAGING_ENV] = str(staging)
+    try:
+        return make()
+    finally:
+        if previous is None:
+            os.environ.pop(results.STAGING_ENV, None)
+        else:
+            os.environ[results.STAGING_ENV] = previous
+
+
+def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device: str, deadline: float, seed: int = 0,
+                          probe_only: bool = False) -> dict[str, Any]:
+    """Train the missing units of chapters as one stacked fit where their fits allow it; what was done.
+
+    The units are ``chapters``' :func:`missing_units`, the stacked fit :mod:`gmp.minibatch_queue`'s, on
+    ``device`` until ``deadline`` (monotonic s); the report also goes to ``out/`` :data:`STACKED_REPORT` as it
+    goes.
+
+    Each unit is called once with its ``fit_stack`` recorded, not run (:func:`gmp.minibatch_queue.planned`); a
+    unit that fits otherwise is left to :func:`compute_units` (``not_stacked``, with why). The planned fits
+    split into queues of one image and protocol (:func:`gmp.minibatch_queue.queues`); each queue's step is
+    probed on a throw-away stack (a few updates, captured as a CUDA graph on CUDA), and the queue trains only
+    when the probe predicts that all its epochs end before the deadline. A unit is journalled whole under
+    ``out/<chapter>/_partial/`` as soon as its fits have ended, by its own code given their curves
+    (:func:`gmp.minibatch_queue.replayed`), exactly as :func:`compute_units` would journal it; its seconds are
+    its networks' share of the stack's time. ``probe_only`` stops after the probes (their prediction reported)."""
+    import importlib
+
+    from gmp import minibatch_queue as mq
+    from gmp import results
+
+    report = out / STACKED_REPORT
+    summary: dict[str, Any] = {"scale": scale, "device": device, "not_stacked": {}, "queues": [], "done": {}}
+    planned: list[tuple[str, str, list[Any]]] = []  # (chapter, key, its fits)
+    stores, unit_fns, modules = {}, {}, {}
+    for chapter in chapters:
+        experiment = importlib.import_module(f"gmp.experiments.{chapter}")
+        cfg = unit_config(chapter, scale)
+        store = _with_staging(out / chapter / f".staging-{scale}", lambda: results.Store(chapter, cfg))
+        stores[chapter], modules[chapter] = store, experiment
+        unit_fns[chapter] = experiment.units(cfg, store, seed, device)
+        for key in missing_units(chapter, scale, seed):
+            if store.journalled(key) is not None:
+                continue
+            try:
+                with mq.planned(experiment) as jobs:
+                    unit_fns[chapter][key]()
+            except mq.NotStackable as err:
+                summary["not_stacked"][f"{chapter}/{key}"] = str(err)
+                continue
+            planned.append((chapter, key, list(jobs)))
+    jobs = [job for _, _, fits in planned for job in fits]
+    owner = [n for n, (_, _, fits) in enumerate(planned) for _ in fits]  # the unit of each job
+    summary["units"] = [f"{chapter}/{key}" for chapter, key, _ in planned]
+    summary["networks"] = sum(len(job.seeds) for job in jobs)
+    _write_json(report, summary)
+    curves: dict[int, list[Any]] = {}
+
+    def journal(n: int) -> None:
+        chapter, key, fits = planned[n]
+        first = next(i for i, o in enumerate(owner) if o == n)
+        own = [curves[first + i] for i in range(len(fits))]
+        with mq.replayed(modules[chapter], fits, own):
+            value = unit_fns[chapter][key]()
+        seconds = sum(float(fit.seconds[-1]) for fits_curves in own for fit in fits_curves if len(fit.seconds))
+        _with_staging(out / chapter / f".staging-{scale}", lambda: stores[chapter].record({key: (value, seconds)}))
+        summary["done"][f"{chapter}/{key}"] = round(seconds, 1)
+        _write_json(report, summary)
+        print(f"  stacked {chapter} {key}: journalled", flush=True)
+
+    for queue in mq.queues(jobs):
+        units = sorted({owner[i] for i in queue})
+        if any(owner[i] in units for i in set(range(len(jobs))) - set(queue)):
+            for n in units:  # a unit whose fits fall in two queues: left to the unit-by-unit path
+                summary["not_stacked"][summary["units"][n]] = "its fits need more than one queue"
+            continue
+        entry: dict[str, Any] = {"units": [summary["units"][n] for n in units],
+                                 "networks": sum(len(jobs[i].seeds) for i in queue)}
+        summary["queues"].append(entry)
+        notes: list[str] = []
+        try:
+            probed = mq.probe([jobs[i] for i in queue], device, notes=notes)
+            entry.update(probe_mode=probed["mode"], probe_ms_per_step=round(probed["ms_per_step"], 4),
+                         probe_s_per_epoch_besides_updates=round(probed["s_per_epoch_besides_updates"], 3),
+                         groups=probed["groups"],
+                         predicted_minutes=float(f"{probed['predicted_minutes']:.4g}"))
+            left = (deadline - time.monotonic()) / 60
+            entry["minutes_left"] = round(left, 2)
+            print(f"  stacked queue of {entry['networks']} networks ({len(units)} units, {probed['mode']}): "
+                  f"{probed['ms_per_step']:.3f} ms per "
+                  f"step, predicted {entry['predicted_minutes']:.1f} min, {left:.1f} min left", flush=True)
+            if probe_only:
+                entry["status"] = "probed only"
+                continue
+            if entry["predicted_minutes"] * 1.1 > left:
+                entry["status"] = "not run: the probe predicts it ends past the deadline (its units: unit by unit)"
+                continue
+            started = time.monotonic()
+            done = {n: 0 for n in units}
+            needed = {n: sum(owner[i] == n for i in queue) for n in units}
+
+            def ended(j: int, fits: list[Any]) -> None:
+                curves[queue[j]] = fits
+                done[owner[queue[j]]] += 1
+                if done[owner[queue[j]]] == needed[owner[queue[j]]]:
+                    journal(owner[queue[j]])
+
+            mq.fit_jobs([jobs[i] for i in queue], device, probed["mode"], deadline=deadline, on_end=ended,
+                        notes=notes)
+            entry.update(status="trained", minutes=round((time.monotonic() - started) / 60, 2))
+        except Exception as err:
+            entry["status"] = (f"failed (the units it had not journalled go unit by unit): {type(err).__name__}: "
+                               f"{err}")[:1500]
+            print(f"  stacked queue: {entry['status']}", flush=True)
+        finally:
+            entry["notes"] = notes
+            _write_json(report, summary)
+    return summary
+
+
+def stacked_units_job(out: Path, chapters: Sequence[str], scale: str, device: str, deadline: float, seed: int,
+                      probe_only: bool = False) -> dict[str, Any]:
+    """:func:`compute_units_stacked` in a child process stopped at ``deadline``; its report (what it did, or how it
+    failed), for the summary. What it has not journalled is left to :func:`units_job` (the unit-by-unit path)."""
+    seconds = deadline - time.monotonic()
+    if seconds < 60:
+        return {"status": f"{max(seconds, 0):.0f} s left: not started"}
+    report = out / STACKED_REPORT
+    command = [sys.executable, "-m", "gmp.gpu", "stacked", str(out), *chapters, "--scale", scale, "--device", device,
+               "--seconds", str(seconds), "--seed", str(seed), *(["--probe-only"] if probe_only else [])]
+    try:
+        child = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 10, cwd=ROOT)
+        done: dict[str, Any] = {"returncode": child.returncode, "log": (child.stdout + child.stderr)[-2000:]}
+    except subprocess.TimeoutExpired as stopped:
+        log = "".join(part.decode(errors="replace") if isinstance(part, bytes) else part
+                      for part in (stopped.stdout or "", stopped.stderr or ""))
+        done = {"status": "stopped at the deadline", "log": log[-2000:]}
+    if report.is_file():
+        done.update(json.loads(report.read_text()))
+        report.unlink()
+    for chapter in chapters:
+        _keep_returned(out / chapter)
+    return done
 
 
 def units_job(out: Path, chapters: Sequence[str], scale: str, device: str, deadline: float, seed: int) -> dict[str, Any]:
@@ -736,6 +897,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv[1:])
         compute_units(args.out, args.chapter, args.scale, args.device, time.monotonic() + args.seconds, args.seed)
         return 0
+    if argv[:1] == ["stacked"]:
+        parser = argparse.ArgumentParser(prog="python -m gmp.gpu stacked",
+                                         description=compute_units_stacked.__doc__.split("\n")[0])
+        parser.add_argument("out", type=Path)
+        parser.add_argument("chapters", nargs="+", choices=UNIT_CHAPTERS)
+        parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
+        parser.add_argument("--device", default="cuda")
+        parser.add_argument("--seconds", type=float, required=True, help="time until the deadline")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--probe-only", action="store_true", help="predict each queue's time; train nothing")
+        args = parser.parse_args(argv[1:])
+        compute_units_stacked(args.out, args.chapters, args.scale, args.device, time.monotonic() + args.seconds,
+                              args.seed, args.probe_only)
+        return 0
     if argv[:1] == ["merge"]:
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu merge", description=merge.__doc__.split("\n")[0])
         parser.add_argument("out", type=Path)
@@ -757,6 +932,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds kept from the lu_real group for the Part III units (default 0: what it leaves)")
     parser.add_argument("--units", nargs="*", default=list(UNIT_CHAPTERS), choices=UNIT_CHAPTERS,
                         help="chapters of the second job (default: all of UNIT_CHAPTERS; none to skip it)")
+    parser.add_argument("--unit-by-unit", action="store_true",
+                        help="the second job without the stacked fit (each unit by itself, resumable)")
     args = parser.parse_args(argv)
     begin = time.monotonic()
     deadline = begin + args.seconds - 30  # room to write the journal (one write) and the summary
@@ -793,6 +970,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              args.networks, group)
         except Exception:
             summary["lu_real"] = {"error": traceback.format_exc()[-3000:]}
+        _write_json(out / "summary.json", summary)
+    if args.units and not args.unit_by_unit:
+        try:
+            summary["units_stacked"] = stacked_units_job(out, args.units, args.scale, args.device, deadline, args.seed)
+        except Exception:
+            summary["units_stacked"] = {"error": traceback.format_exc()[-3000:]}
         _write_json(out / "summary.json", summary)
     if args.units:
         try:

@@ -82,3 +82,33 @@ def test_resolving_a_cuda_device_turns_tf32_off(monkeypatch):
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = True
+
+
+def test_the_captured_stacked_queue_trains_each_fit_as_it_trains_alone_on_the_gpu(monkeypatch):
+    """gmp.minibatch_queue's step, captured as a CUDA graph (compiled and not), gives each fit the curves that
+    ``fit_stack`` gives it alone on the GPU, to float32 rounding; the capture works (no eager fallback)."""
+    from gmp.minibatch import fit_stack, layers
+    from gmp.minibatch_queue import FitJob, fit_jobs
+
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    grid = torch.linspace(-1, 1, 16)
+    coords = torch.stack(torch.meshgrid(grid, grid, indexing="xy"), -1).reshape(-1, 2)
+    pixels = 0.5 + 0.4 * torch.sin(3 * coords[:, :1]) * torch.cos(2 * coords[:, 1:])
+    features = torch.cat([torch.sin((k + 1) * coords) for k in range(6)], 1)
+    sizes = [2, 12, 12, 12, 1]
+    calls = [dict(spec_layers=layers({"model": "sbsnn", "sizes": sizes, "activation": "sin", "first_layer": "siren"}),
+                  seeds=[1, 2], inputs=coords, targets=pixels, epochs=3, lr=2e-3,
+                  plateau={"factor": 0.5, "patience": 1, "rule": "keras"}),
+             dict(spec_layers=layers({"model": "sbsnn", "sizes": sizes, "activation": "gpn_relu",
+                                      "first_layer": "encoder"}), seeds=[3], inputs=features, targets=pixels, epochs=2,
+                  lr=1e-3)]
+    alone = [fit_stack(**call, device="cuda") for call in calls]
+    for mode in ("CUDA graph, compiled", "CUDA graph"):
+        notes = []
+        stacked = fit_jobs([FitJob.of_call(**call) for call in calls], "cuda", mode, notes=notes)
+        assert notes == [f"mode: {mode}"]
+        for fits, own in zip(stacked, alone):
+            for a, b in zip(fits, own):
+                assert len(a.train_mse) == len(b.train_mse)
+                np.testing.assert_allclose(a.train_mse, b.train_mse, rtol=1e-4)
+                np.testing.assert_allclose(a.epoch_loss, b.epoch_loss, rtol=1e-4)

@@ -86,3 +86,74 @@ def test_merge_changes_nothing_when_a_returned_checkpoint_is_damaged(tmp_path, m
     assert gpu.merge(tmp_path / "out") == ["fig4seeds-sin-0"]
     assert gpu._checkpoint_epoch(tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}"
                                  / "fig4seeds-triangle-0.pt") == 4
+
+
+def test_the_stacked_second_job_probes_and_when_it_fails_leaves_every_unit_to_the_unit_by_unit_path(tmp_path,
+                                                                                                      monkeypatch):
+    """``compute_units_stacked`` plans a chapter's queued units as one queue; ``probe_only`` predicts its time and
+    trains nothing; a stacked fit that fails journals nothing and says so, and ``compute_units`` then computes
+    every unit by itself."""
+    import time
+
+    from gmp import minibatch_queue, results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    keys = ["fig4seeds-sin-0", "fig6seeds-sin-nerf-0", "fig6seeds-gpn_relu-rotated-0"]
+    monkeypatch.setattr(gpu, "missing_units", lambda chapter, scale, seed=0: keys)
+    out = tmp_path / "out"
+    probed = gpu.compute_units_stacked(out, ["sbsnn_author_figs"], "smoke", "cpu", time.monotonic() + 120,
+                                       probe_only=True)
+    [queue] = probed["queues"]
+    assert queue["status"] == "probed only" and queue["networks"] == 3 and queue["groups"] == [[1, 2]]
+    assert queue["probe_ms_per_step"] > 0 and queue["predicted_minutes"] > 0 and probed["done"] == {}
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("a device error")
+
+    monkeypatch.setattr(minibatch_queue, "fit_jobs", fail)
+    failed = gpu.compute_units_stacked(out, ["sbsnn_author_figs"], "smoke", "cpu", time.monotonic() + 120)
+    assert failed["queues"][0]["status"].startswith("failed (the units it had not journalled go unit by unit): "
+                                                    "RuntimeError: a device error")
+    digest = gpu.unit_config("sbsnn_author_figs", "smoke").digest
+    assert not (out / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}.jsonl").exists()
+    done = gpu.compute_units(out, "sbsnn_author_figs", "smoke", "cpu", time.monotonic() + 120)
+    assert list(done["done"]) == keys
+
+
+def test_the_stacked_second_job_journals_each_unit_as_the_unit_by_unit_path_does(tmp_path, monkeypatch):
+    """The units that the stacked fit journals hold the values the unit-by-unit path journals for them (the
+    chapter's own code builds both), to float rounding; only the seconds differ."""
+    import math
+    import time
+
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    keys = ["fig4seeds-sin-0", "fig6seeds-sin-nerf-0", "fig6seeds-gpn_relu-rotated-0", "sirenschedule-0"]
+    monkeypatch.setattr(gpu, "missing_units", lambda chapter, scale, seed=0: keys)
+    stacked = gpu.compute_units_stacked(tmp_path / "a", ["sbsnn_author_figs"], "smoke", "cpu", time.monotonic() + 120)
+    assert list(stacked["done"]) == [f"sbsnn_author_figs/{key}" for key in keys] and stacked["not_stacked"] == {}
+    gpu.compute_units(tmp_path / "b", "sbsnn_author_figs", "smoke", "cpu", time.monotonic() + 120)
+    digest = gpu.unit_config("sbsnn_author_figs", "smoke").digest
+
+    def journal(folder):
+        return results.journal_entries(tmp_path / folder / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}.jsonl")
+
+    def close(a, b):
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a if k != "seconds")
+        if isinstance(a, list):
+            return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+        if isinstance(a, float) and isinstance(b, float):
+            return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-12)
+        return a == b
+
+    mine, theirs = journal("a"), journal("b")
+    assert [e["key"] for e in mine] == [e["key"] for e in theirs] == keys
+    assert [set(e) for e in mine] == [set(e) for e in theirs]
+    assert all(close(a["value"], b["value"]) for a, b in zip(mine, theirs))
+    changed = json.loads(json.dumps(theirs[0]["value"]))
+    changed["fits"][0]["train_mse"][-1] *= 1.001
+    assert not close(mine[0]["value"], changed)  # the comparison sees a change of 0.1% in one number

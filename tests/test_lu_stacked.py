@@ -282,10 +282,16 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     skipped = re.search(r"(\d+) skipped", tests["output_tail"])  # without a GPU: collected, then skipped
     assert tests["rc"] == 0 and skipped and int(skipped[1]) == (root / "tests" / "test_cuda.py").read_text().count(
         "\ndef test_"), tests
-    units = summary["units"]  # the second job, with the time the group left
+    units, stacked = summary["units"], summary["units_stacked"]  # the second job, with the time the group left
     assert set(units) == set(gpu.UNIT_CHAPTERS) == {"sbsnn_author", "sbsnn_author_figs"}
-    for job in units.values():
-        assert job["returncode"] == 0 and job["done"] and list(job["done"]) == job["pending"], job
+    assert stacked["returncode"] == 0 and stacked["queues"], stacked.get("log")  # first the stacked fit
+    assert all(q["status"] == "trained" and q["probe_mode"] == "eager" for q in stacked["queues"]), stacked["queues"]
+    for job in units.values():  # then, unit by unit, what it could not take
+        assert job["returncode"] == 0 and list(job["done"]) == job["pending"], job
+    by_unit = {f"{chapter}/{key}" for chapter, job in units.items() for key in job["done"]}
+    assert by_unit == set(stacked["not_stacked"]) and not by_unit & set(stacked["done"])
+    assert {"sbsnn_author_figs/fig4seeds-sin-0", "sbsnn_author/heldout-0"} <= set(stacked["done"]) | by_unit
+    assert "sbsnn_author_figs/fig4seeds-sin-0" in stacked["done"] and "sbsnn_author/heldout-0" in by_unit
     part3 = {chapter: gmp.load_config(chapter, "smoke").digest for chapter in units}
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert files == ["gpu.json", f"lu_real/_partial/smoke-{cfg.digest}.jsonl",
@@ -293,7 +299,7 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
                      "smoke.jsonl", "summary.json"]  # at most 8 files come back
     assert gpu.return_problems(out) == [] == summary["return_problems"] == summary["left_out"]
     added = gpu.merge(out, tmp_path / "repo")
-    assert len(added) == 4 + sum(len(job["done"]) for job in units.values()) and gpu.merge(out, tmp_path / "repo") == []
+    assert len(added) == 4 + len(by_unit) + len(stacked["done"]) and gpu.merge(out, tmp_path / "repo") == []
     (out / "lu_real" / "_partial" / "smoke-0000000000000000.jsonl").write_text(journal.read_text())
     with pytest.raises(ValueError, match="written for config 0000000000000000"):
         gpu.merge(out, tmp_path / "repo")
