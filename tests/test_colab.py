@@ -39,8 +39,11 @@ REUSE = "GMP_COLAB_VENV"
 # checkout's gmp or read its results instead of the installed package's behaviour.
 LEAKS = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "JUPYTER_PATH", "GMP_RESULTS", "GMP_RESULTS_STAGING")
 URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
-# Where the chapter read its results from: the clone's committed ones, as on Colab.
-PRINT_RESULTS = "import gmp.results\nprint('RESULTS', gmp.results.results_root())"
+# A last cell: where the chapter read its results from (the clone's committed ones, as on Colab), which gmp and
+# torch it ran with, and which of the book's build tools the runtime holds (none: gmp[notebook] brings none).
+REPORT = ("import importlib.util, gmp.results, torch\n"
+          "print('RESULTS', gmp.results.results_root(), gmp.__file__, torch.__version__, sep='\\n')\n"
+          "print([m for m in ('sphinx', 'jupyter_book', 'myst_nb', 'jupytext') if importlib.util.find_spec(m)])")
 
 
 @dataclass(frozen=True)
@@ -118,10 +121,17 @@ def _on_colab(cell: str, colab: Runtime) -> str:
     return cell.replace(_clone(URL), _clone(f"file://{colab.repo}"))
 
 
-def _printed(executed: Path) -> str:
-    """What the last cell of an executed notebook printed."""
+def _check_report(executed: Path, clone: Path, colab: Runtime) -> None:
+    """What the last cell (REPORT) of a notebook executed in ``colab`` printed: it read the results in ``clone``,
+    ran with the gmp installed in the runtime and the runtime's own torch, and no build toolchain was installed."""
     outputs = nbformat.read(executed, as_version=4).cells[-1].outputs
-    return "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout").strip()
+    printed = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout").strip().splitlines()
+    assert printed[:2] == ["RESULTS", str(clone)], f"gmp did not read the clone's results {clone}: {printed}"
+    assert (clone / "chen_levy" / "paper").is_dir(), "the clone lacks the committed paper-scale results"
+    where, version, toolchain = printed[2:]
+    assert Path(where).is_relative_to(colab.venv), f"gmp was imported from {where}, not installed by the cell"
+    assert version == colab.torch, f"installing gmp[notebook] replaced the runtime's torch {colab.torch} by {version}"
+    assert toolchain == "[]", f"gmp[notebook] installed the book's build toolchain: {toolchain}"
 
 
 def test_every_chapter_has_the_same_install_cell_which_clones_the_repository():
@@ -141,37 +151,24 @@ class Installed:
 
 @pytest.fixture(scope="session")
 def installed(colab: Runtime, tmp_path_factory) -> Installed:
-    """The chapters' install cell, then a cell printing where gmp reads its results, in the clean runtime
+    """The chapters' install cell, then the REPORT cell, in the clean runtime
     (``colab``: gmp not installed), as a chapter's first run on Colab does."""
     home = tmp_path_factory.mktemp("colab-home")
     notebook = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": KERNEL, "display_name": KERNEL,
                                                                  "language": "python"}})
     notebook.cells = [nbformat.v4.new_code_cell(_on_colab(_install_cell(chapters()[0]), colab)),
-                      nbformat.v4.new_code_cell(PRINT_RESULTS)]
+                      nbformat.v4.new_code_cell(REPORT)]
     nbformat.write(notebook, home / "install.ipynb")
     done = colab.run(colab.python, "-m", "papermill", "install.ipynb", "executed.ipynb", "-k", KERNEL, "--cwd", home,
                      "--no-progress-bar", cwd=home)
     return Installed(home, done)
 
 
-def _gmp_is_installed_keeping_torch_and_no_toolchain(colab: Runtime) -> None:
-    where, version, toolchain = colab.check(
-        "import importlib.util as u, gmp, torch; print(gmp.__file__); print(torch.__version__);"
-        " print([m for m in ('sphinx', 'jupyter_book', 'myst_nb', 'jupytext') if u.find_spec(m)])").splitlines()
-    assert Path(where).is_relative_to(colab.venv), f"gmp was imported from {where}, not installed by the cell"
-    assert version == colab.torch, f"installing gmp[notebook] replaced the runtime's torch {colab.torch} by {version}"
-    assert toolchain == "[]", f"gmp[notebook] installed the book's build toolchain: {toolchain}"
-
-
 @pytest.mark.colab
 def test_the_install_cell_installs_gmp_notebook_into_a_clean_colab_runtime(colab: Runtime, installed: Installed):
     done = installed.done
     assert done.returncode == 0, f"the install cell failed in a clean runtime:\n{done.stderr[-5000:]}"
-    clone = installed.home / "gmp-book" / "book" / "_results"
-    printed = _printed(installed.home / "executed.ipynb")
-    assert printed == f"RESULTS {clone}", f"gmp did not read the clone's results {clone}: {printed}"
-    assert (clone / "chen_levy" / "paper").is_dir(), "the clone lacks the committed paper-scale results"
-    _gmp_is_installed_keeping_torch_and_no_toolchain(colab)
+    _check_report(installed.home / "executed.ipynb", installed.home / "gmp-book" / "book" / "_results", colab)
 
 
 @pytest.mark.colab
@@ -185,7 +182,7 @@ def test_chapter_installs_gmp_notebook_and_runs_in_a_colab_like_runtime(page: Pa
     install = next(c for c in notebook.cells if c.cell_type == "code")
     assert _clone(URL) in install.source, f"{page.name}: the first code cell does not clone {URL}"
     install.source = _on_colab(install.source, colab)
-    notebook.cells.append(nbformat.v4.new_code_cell(PRINT_RESULTS))
+    notebook.cells.append(nbformat.v4.new_code_cell(REPORT))
     nbformat.write(notebook, tmp_path / f"{page.stem}.ipynb")
     cloned = colab.run("git", "clone", "-q", "--depth", "1", f"file://{colab.repo}", "gmp-book", cwd=tmp_path)
     assert cloned.returncode == 0, cloned.stderr[-3000:]
@@ -193,8 +190,4 @@ def test_chapter_installs_gmp_notebook_and_runs_in_a_colab_like_runtime(page: Pa
     done = colab.run(colab.python, "-m", "papermill", f"{page.stem}.ipynb", "executed.ipynb", "-k", KERNEL,
                      "-p", "SCALE", "smoke", "--cwd", tmp_path, "--no-progress-bar", cwd=tmp_path)
     assert done.returncode == 0, f"{page.stem} failed in the Colab-like runtime:\n{done.stderr[-5000:]}"
-    printed = _printed(tmp_path / "executed.ipynb")
-    clone = tmp_path / "gmp-book" / "book" / "_results"
-    assert printed == f"RESULTS {clone}", f"{page.stem} did not read the clone's results {clone}: {printed}"
-    assert (clone / "chen_levy" / "paper").is_dir(), "the clone lacks the committed paper-scale results"
-    _gmp_is_installed_keeping_torch_and_no_toolchain(colab)
+    _check_report(tmp_path / "executed.ipynb", tmp_path / "gmp-book" / "book" / "_results", colab)
