@@ -35,8 +35,11 @@ book: $(VENV)/.installed $(MATHJAX)
 chromium:
 	@.ci/chromium
 
+# The tests on every core (pytest-xdist), one thread each; the tests that share a costly set-up (the Colab
+# runtime; the smoke book and the chapter runs it reuses) stay together on one worker (WORKER_GROUPS, tests/conftest.py).
+TEST_WORKERS ?= auto
 test: chromium $(VENV)/.installed $(MATHJAX)
-	$(PY) -m pytest
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -n $(TEST_WORKERS)
 
 clean:
 	rm -rf _build

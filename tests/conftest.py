@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+SMOKE_BOOK = ROOT / "_build" / "smoke"
+"""Where ``make book SCALE=smoke`` and tests/test_book.py build the smoke book, with its own execution cache."""
 
 
 @pytest.fixture(scope="session")
@@ -24,8 +26,40 @@ def pytest_report_header(config):
     return f"GMP_DATA={os.environ.get('GMP_DATA', '(unset: ~/.cache/gmp)')}"
 
 
+# Tests that share a costly set-up run on one pytest-xdist worker, in collection order: the Colab runtime
+# (tests/test_colab.py), and the smoke book, whose build reuses the chapter smoke runs through its execution cache
+# (tests/test_book.py after tests/test_chapters.py's smoke runs).
+WORKER_GROUPS = {
+    "colab": ("tests/test_colab.py::",),
+    "smoke-book": ("tests/test_chapters.py::test_chapter_runs_at_smoke_scale[", "tests/test_book.py::"),
+}
+
+
+def worker_group(nodeid: str) -> str | None:
+    """The group of WORKER_GROUPS a test belongs to, None for a test that any worker may run."""
+    return next((group for group, prefixes in WORKER_GROUPS.items() if nodeid.startswith(prefixes)), None)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With ``-n N`` (``--dist load``, as ``make test`` runs): each group of WORKER_GROUPS goes whole to one worker
+    (the largest first), every other test to whichever worker is free. (pytest-xdist's own ``--dist loadgroup``
+    marks groups by ``item._nodeid``, which pytest 9 no longer reads.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid) or nodeid
+
+    return Grouped(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``cuda`` skip on a machine without a CUDA GPU."""
+    """The smoke book's tests (tests/test_book.py) go last: its build reuses the chapter smoke runs of
+    tests/test_chapters.py through its execution cache. Tests marked ``cuda`` skip on a machine without a CUDA GPU."""
+    items.sort(key=lambda item: item.path.name == "test_book.py")
     import torch
 
     if torch.cuda.is_available():

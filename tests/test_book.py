@@ -18,19 +18,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, chapters
+from conftest import ROOT, SMOKE_BOOK, chapters
 
-BUILD = ROOT / "_build" / "smoke"
-HTML = BUILD / "_build" / "html"
+HTML = SMOKE_BOOK / "_build" / "html"
 
 
 @pytest.fixture(scope="module")
 def built_book() -> Path:
-    """``make book SCALE=smoke``: -W -n --keep-going, its own execution cache in _build/smoke."""
+    """``make book SCALE=smoke``: -W -n --keep-going, its own execution cache in _build/smoke (which holds the
+    executions of the chapter smoke tests when they ran first, as in ``make test``)."""
     env = {**os.environ, "GMP_SCALE": "smoke"}
-    subprocess.run([sys.executable, "-m", "gmp.bookcache", "--path-output", str(BUILD)], cwd=ROOT, env=env, check=True)
+    subprocess.run([sys.executable, "-m", "gmp.bookcache", "--path-output", str(SMOKE_BOOK)], cwd=ROOT, env=env,
+                   check=True)
     jb = Path(sys.executable).with_name("jupyter-book")
-    done = subprocess.run([str(jb), "build", ".", "--path-output", str(BUILD), "-W", "-n", "--keep-going"],
+    done = subprocess.run([str(jb), "build", ".", "--path-output", str(SMOKE_BOOK), "-W", "-n", "--keep-going"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return HTML
@@ -82,7 +83,7 @@ WIDE, PHONE = 1300, 390
 """Window widths (CSS px) of the browser checks: a laptop screen and a phone."""
 WIDTH_TOLERANCE_PX = 4
 """How much narrower than the text column an image may render (rounding and hairline borders)."""
-SCREENSHOTS = BUILD / "screenshots"
+SCREENSHOTS = SMOKE_BOOK / "screenshots"
 """Where the browser test keeps its screenshots: a build artefact, not committed."""
 SHOWN = ["book/part1/chen_levy", "book/part2/lu_synthetic", "book/part3/sbsnn_fitting", "book/claims"]
 """The pages screenshotted at WIDE px (top of the page; a chapter's verdict box and first figure,

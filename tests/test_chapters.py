@@ -1,4 +1,4 @@
-"""Every chapter's notebook runs end to end at smoke scale under papermill."""
+"""Every chapter's notebook runs end to end at smoke scale, as the smoke book executes it."""
 
 from __future__ import annotations
 
@@ -9,25 +9,51 @@ import re
 import numpy as np
 import papermill
 import pytest
+import yaml
 
-from conftest import chapters
-from gmp import config, results
+from conftest import ROOT, SMOKE_BOOK, chapters
+from gmp import bookcache, config, results
 from gmp.implicit import FitResult
+
+
+def _as_the_book_reads_it(page):
+    """The chapter's MyST source as Jupyter Book (myst-nb) reads it into a notebook to execute and cache."""
+    from myst_nb.core.read import read_myst_markdown_notebook
+    from myst_parser.config.main import MdParserConfig
+
+    extensions = yaml.safe_load((ROOT / "_config.yml").read_text())["parse"]["myst_enable_extensions"]
+    return read_myst_markdown_notebook(page.read_text(encoding="utf-8"), config=MdParserConfig(
+        enable_extensions=set(extensions)), add_source_map=True, path=str(page))
 
 
 @pytest.mark.chapter
 @pytest.mark.parametrize("page", chapters(), ids=lambda p: p.stem)
-def test_chapter_runs_at_smoke_scale(page, tmp_path, monkeypatch):
+def test_chapter_runs_at_smoke_scale(page, monkeypatch):
+    """The chapter runs as the smoke book (``make book SCALE=smoke``) executes it: its MyST source, in its own
+    folder, by jupyter-cache's executor with no error allowed. The executed notebook then goes into the smoke
+    book's execution cache under the page's current fingerprint (gmp.bookcache), so the book build of
+    tests/test_book.py, and ``make book SCALE=smoke`` after it, use this run instead of running the chapter again.
+    (The paired ``.ipynb`` runs at smoke scale under papermill with ``SCALE`` injected in tests/test_colab.py.)"""
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from jupyter_cache.executors.utils import single_nb_execution
+
     monkeypatch.setenv("GMP_SCALE", "smoke")
     monkeypatch.delenv("GMP_RESULTS_STAGING", raising=False)
-    notebook = page.with_suffix(".ipynb")
-    executed = papermill.execute_notebook(
-        str(notebook), str(tmp_path / notebook.name), parameters={"SCALE": "smoke"},
-        cwd=str(page.parent), kernel_name="python3", progress_bar=False,
-    )
-    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    execute = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
+    notebook = _as_the_book_reads_it(page)
+    # What the book's build does before it executes anything: drop the cached executions of changed code or results.
+    bookcache.invalidate(SMOKE_BOOK, ROOT)
+    executed = single_nb_execution(notebook, cwd=str(page.parent), timeout=execute["timeout"],
+                                   allow_errors=execute["allow_errors"])
+    assert executed.err is None, f"{page.name} failed at smoke scale:\n{executed.exc_string}"
+    errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
     assert os.environ["GMP_SCALE"] == "smoke"
+    cache = get_cache(SMOKE_BOOK / "_build" / ".jupyter_cache")
+    cache.cache_notebook_bundle(CacheBundleIn(notebook, str(page), data={"execution_seconds": executed.time}),
+                                check_validity=False, overwrite=True)
+    assert cache.match_cache_notebook(_as_the_book_reads_it(page)).uri == str(page)
 
 
 @pytest.mark.chapter

@@ -39,6 +39,31 @@ def test_make_test_checks_chromium_before_installing_or_testing():
     assert done.stdout.splitlines()[0] == ".ci/chromium"
 
 
+def test_make_test_runs_on_every_core_keeping_the_tests_that_share_a_set_up_on_one_worker():
+    """``make test`` runs pytest-xdist workers (one thread each); the groups of conftest.WORKER_GROUPS name tests
+    that exist, so that the Colab runtime is installed once and the smoke book reuses the chapter smoke runs."""
+    import importlib
+
+    from conftest import WORKER_GROUPS, worker_group
+
+    done = _make("-n", "test")
+    assert done.returncode == 0, done.stderr
+    assert "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -n auto" in done.stdout.splitlines()
+    for prefixes in WORKER_GROUPS.values():
+        for prefix in prefixes:
+            path, _, name = prefix.partition("::")
+            assert (ROOT / path).is_file(), prefix
+            module = importlib.import_module(path.removeprefix("tests/").removesuffix(".py"))
+            assert not name or hasattr(module, name.rstrip("[")), f"{prefix} names no test"
+    assert worker_group("tests/test_chapters.py::test_chapter_runs_at_smoke_scale[chen_levy]") == "smoke-book"
+    assert worker_group("tests/test_book.py::test_mathjax_is_served_by_the_book") == "smoke-book"
+    assert worker_group("tests/test_colab.py::test_chapter_installs_gmp_notebook_and_runs_in_a_colab_like_runtime"
+                        "[chen_levy]") == "colab"
+    assert worker_group("tests/test_chapters.py::test_the_author_chapter_shows_an_unfinished_paper_run_and_reads_its"
+                        "_numbers") is None
+    assert worker_group("tests/test_ci.py::test_present_chromium_passes_silently") is None
+
+
 def test_missing_chromium_stops_with_the_command_that_installs_it():
     done = _chromium_check({"CHROMIUM": "gmp-no-such-chromium"}, unprivileged=True)
     assert done.returncode != 0
