@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -379,13 +380,72 @@ class _KernelCounter(TorchDispatchMode):
         return out
 
 
+_GRAPH_KERNEL = re.compile(r"^\s+(?:cpp_fused_\w+\(|extern_kernels\.|aten\.|\w+\.run\()", re.MULTILINE)
+"""A kernel launch in the ``call`` function of Inductor's generated code: a fused C++ kernel
+(``cpp_fused_*``) on the CPU, a Triton kernel (``*.run(``) on CUDA, or a library kernel."""
+
+
+class _CompiledKernelCounter(_KernelCounter):
+    """:class:`_KernelCounter` of a step with functions compiled by ``torch.compile``: each call of
+    a compiled graph (:class:`torch._inductor.output_code.CompiledFxGraph`, forward or backward)
+    counts the kernels its generated code launches (:data:`_GRAPH_KERNEL`) and, as bytes, its
+    distinct tensor inputs read and its outputs and changed inputs written, each once per call
+    (what the graph's kernels read of one another's results, and a tensor two of its kernels
+    both read, are not counted: a lower bound where a graph launches more than one kernel).
+    The operators outside the graphs are counted as :class:`_KernelCounter` counts them.
+    ``compiled`` names the functions (:func:`gmp.models.stacked.StackedDeepMLP.compile_activation`'s)
+    that are entered with the dispatcher mode suspended, as Dynamo requires."""
+
+    def __init__(self, compiled: dict[str, Callable[..., Any]]) -> None:
+        super().__init__()
+        self.compiled, self.graph_kernels = compiled, 0
+
+    def __enter__(self):
+        from torch._inductor.output_code import CompiledFxGraph
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        self._saved = (CompiledFxGraph.__call__, dict(self.compiled))
+        original, counter = CompiledFxGraph.__call__, self
+
+        def call(graph, inputs):
+            changed = {id(inputs[i]): inputs[i] for i in graph.mutated_input_idxs}
+            read = {id(t): t for t in inputs if isinstance(t, torch.Tensor)}
+            with _disable_current_modes():
+                out = original(graph, inputs)
+            kernels = len(_GRAPH_KERNEL.findall(graph.source_code.split("def call(", 1)[-1]))
+            counter.kernels += kernels
+            counter.graph_kernels += kernels
+            written = {id(t): t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)}
+            written.update(changed)
+            counter.bytes += sum(t.nbytes for t in read.values()) + sum(t.nbytes for t in written.values())
+            return out
+
+        def suspended(fn):
+            def run(*args, **kwargs):
+                with _disable_current_modes():
+                    return fn(*args, **kwargs)
+            return run
+
+        CompiledFxGraph.__call__ = call
+        self.compiled.update({name: suspended(fn) for name, fn in self.compiled.items()})
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        from torch._inductor.output_code import CompiledFxGraph
+
+        CompiledFxGraph.__call__, saved = self._saved
+        self.compiled.update(saved)
+        return super().__exit__(*exc)
+
+
 def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[int, int] = (2, 6), width: int = 500,
                   batch: int = 64, in_features: int = 784, compile: bool = False) -> dict[str, float]:
     """Kernels and bytes of one training step of ``lu_real``'s networks ``labels`` (with BN when
     ``batchnorm``) stacked by :class:`gmp.experiments.lu_real.StackedTraining`, counted on the CPU by
-    :class:`_KernelCounter`, per square layer: the difference between the counts at the two
-    ``depths``, divided by their difference (the bottom and top layers, the loss and the
-    bookkeeping cancel out). Eager mode, float32; the step after two warm-up steps."""
+    :class:`_KernelCounter` (eager) or, with ``compile``, :class:`_CompiledKernelCounter` (the
+    element-wise work compiled, as the GPU command runs it), per square layer: the difference
+    between the counts at the two ``depths``, divided by their difference (the bottom and top
+    layers, the loss and the bookkeeping cancel out). Float32; the step after two warm-up steps."""
     from gmp import config
     from gmp.experiments import lu_real
 
@@ -398,7 +458,7 @@ def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[
         cfg = config.Config("lu_real", "paper", {**base, "depth": depth, "width": width, "batch_size": batch})
         training = lu_real.StackedTraining(names, in_features, cfg, "cpu", graph=False, compile=compile)
         training.seconds_per_step(x, y, steps=1)  # the bookkeeping set up, two warm-up steps
-        with _KernelCounter() as counter:
+        with _CompiledKernelCounter(training.model._compiled) if compile else _KernelCounter() as counter:
             training._full_step(x, y)
         counts.append(counter)
     layers = depths[1] - depths[0]

@@ -464,6 +464,52 @@ def test_store_record_journals_many_units_in_one_write_as_memo_journals_one(tmp_
     assert store.journalled("c") == {"x": 3}
 
 
+@pytest.mark.parametrize("dtype, rtol", [(torch.float32, 2e-5), (torch.float64, 1e-11)])
+def test_the_update_in_the_backward_pass_is_sgd_with_momentum(dtype, rtol):
+    """Three steps of the stacked trainer, whose square layers take SGD with momentum in the
+    backward pass (the product into the momentum buffer, the gradient never formed, its norm
+    from two Gram matrices), equal three steps of ``torch.optim.SGD(momentum)`` on the autograd
+    gradients of a copy of the same stack: every parameter, momentum buffer and gradient norm,
+    to the rounding of ``dtype``."""
+    cfg = _cfg(width=12, depth=4, lr=0.05, momentum=0.9)
+    labels = ["ReLU", "SELU-GPN", "Tanh-BN", "GELU-GPN-BN"]
+    stack = lu_real.StackedTraining(labels, 5, cfg, dtype=dtype)
+    stack._ratio = torch.zeros(3, len(labels), dtype=torch.float64)
+    stack._max_grad = torch.zeros_like(stack._ratio)
+    ref = copy.deepcopy(stack.model)
+    ref.sgd = None  # autograd gives the square layers' gradients
+    opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    for xb, yb in _batches():
+        norms = stack._train_step(xb.to(dtype), yb)[1]
+        opt.zero_grad(set_to_none=True)
+        logits = ref(xb.to(dtype))
+        torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.repeat(len(labels)),
+                                          reduction="none").view(len(labels), -1).mean(1).sum().backward()
+        want = torch.stack([V.grad.flatten(1).norm(dim=1) for V in ref.V])
+        opt.step()
+        torch.testing.assert_close(norms, want, rtol=rtol, atol=0)
+        for (name, p), buf, q in zip(stack.model.named_parameters(), stack.momentum_buffers, ref.parameters()):
+            torch.testing.assert_close(p, q, rtol=rtol, atol=rtol * 1e-2, msg=name)
+            torch.testing.assert_close(buf, opt.state[q]["momentum_buffer"], rtol=rtol, atol=rtol * 1e-2, msg=name)
+
+
+def test_the_inverse_row_norms_kept_from_the_update_are_computed_anew_when_a_weight_changes():
+    """The next forward pass reads the row norms the update left (no pass over ``V``), unless ``V``
+    was changed since: then it computes them from ``V``, and the stack gives what a fresh copy gives."""
+    cfg = _cfg(width=12, depth=3)
+    stack = lu_real.StackedTraining(["ReLU", "SELU-GPN"], 5, cfg, dtype=torch.float64)
+    stack._ratio = torch.zeros(2, 2, dtype=torch.float64)
+    stack._max_grad = torch.zeros_like(stack._ratio)
+    xb, yb = _batches()[0]
+    stack._train_step(xb, yb)
+    assert all(v == V._version for v, V in zip(stack._square.versions, stack.model.V))
+    with torch.no_grad():
+        stack.model.V[1].mul_(torch.linspace(0.5, 2.0, 12, dtype=torch.float64).view(1, 12, 1))
+    fresh = copy.deepcopy(stack.model)
+    fresh.sgd = None
+    torch.testing.assert_close(stack.model(xb), fresh(xb), rtol=1e-14, atol=0)
+
+
 def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step():
     """What the GPU runs (one fused SGD pass, the activations compiled into one kernel each way)
     gives the multi-tensor update's and the eager activations' numbers, here on the CPU."""

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from gmp.gpn import ACTIVATIONS, GPN, _Named
-from gmp.models.deep import DeepMLP, RowNormalizedLinear, row_normalized_linear
+from gmp.models.deep import DeepMLP, RowNormalizedLinear
 
 __all__ = ["StackedDeepMLP"]
 
@@ -72,16 +72,97 @@ def _stacked_phi(h: torch.Tensor, kind: torch.Tensor, a: torch.Tensor, b: torch.
     return a * y + b if gpn else y
 
 
-def _stacked_linear(x: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-    """``x W^T`` per network with the row-normalised ``W`` of Eq. (55), in plain torch operations
-    (what ``torch.compile`` fuses; :func:`gmp.models.deep.row_normalized_linear` eagerly)."""
-    return (x @ V.transpose(-1, -2)) * torch.rsqrt((V * V).sum(-1)).unsqueeze(-2)
+def _scaled_phi(u: torch.Tensor, s: torch.Tensor, kind: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                kinds: tuple[int, ...], gpn: bool) -> torch.Tensor:
+    """``phi(u diag(s))`` per network: the row scaling of Eq. (55) and the activation in one pass."""
+    return _stacked_phi(u * s, kind, a, b, kinds, gpn)
 
 
-def _stacked_layer(x: torch.Tensor, V: torch.Tensor, kind: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                   kinds: tuple[int, ...], gpn: bool) -> torch.Tensor:
-    """One square layer and its activation, per network: ``phi(x W^T)`` (for ``torch.compile``)."""
-    return _stacked_phi(_stacked_linear(x, V), kind, a, b, kinds, gpn)
+def _inverse_row_norms(V: torch.Tensor) -> torch.Tensor:
+    """``s_i = 1 / ||v_i||_2`` of every row of every network, ``(N, 1, n)``."""
+    return torch.linalg.vector_norm(V, dim=-1).reciprocal().unsqueeze(-2)
+
+
+def _radial(ds: torch.Tensor, s: torch.Tensor, gram_a: torch.Tensor, gram_x: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(c, ||dE/dV||_F^2)`` per network from ``ds = dE/ds``: ``c_i = -s_i^3 dE/ds_i`` (the chain rule
+    through ``ds_i/dv_i = -s_i^3 v_i``) and, with ``P = A^T X`` (``A = dE/du``, ``X`` the layer's
+    input), ``dE/dV = P + diag(c) V``, whose rows are those of ``P`` less their component along
+    ``w_i = s_i v_i``: ``||dE/dV||^2 = ||P||^2 - sum_i (c_i / s_i)^2`` with ``||P||^2 =
+    <A A^T, X X^T>``, read from two batch-by-batch Gram matrices instead of an ``n x n`` gradient."""
+    c = -ds * s.pow(3)
+    return c, (gram_a * gram_x).sum((-1, -2)) - (c / s).pow(2).sum((-1, -2))
+
+
+def _momentum_step(V: torch.Tensor, buf: torch.Tensor, c: torch.Tensor, lr: float, s: torch.Tensor) -> None:
+    """``buf += diag(c) V; V -= lr buf`` in place, the rest of SGD with momentum once
+    ``buf = momentum buf + A^T X``, and ``s`` set to the new ``V``'s inverse row norms for the
+    next forward pass (when compiled, one pass over ``V`` and ``buf`` does all three)."""
+    buf.addcmul_(V, c.transpose(-1, -2))
+    V.add_(buf, alpha=-lr)
+    s.copy_(_inverse_row_norms(V))
+
+
+_EAGER = {"phi": _stacked_phi, "scaled_phi": _scaled_phi, "inverse_row_norms": _inverse_row_norms,
+          "radial": _radial, "momentum_step": _momentum_step}
+"""The element-wise pieces of a stacked layer; :meth:`StackedDeepMLP.compile_activation` compiles each."""
+
+
+class SGDInBackward:
+    """SGD with momentum of the square layers' free matrices ``V``, applied in the backward pass
+    (:meth:`StackedDeepMLP.update_in_backward`): ``buffers[l]`` is ``V[l]``'s momentum buffer, and
+    after each backward pass ``norms_sq[l]`` holds ``||dE/dV^(l)||_F^2`` of every network, ``(depth, N)``."""
+
+    def __init__(self, buffers: Sequence[torch.Tensor], lr: float, momentum: float):
+        self.buffers, self.lr, self.momentum = list(buffers), float(lr), float(momentum)
+        first = self.buffers[0]
+        self.norms_sq = torch.zeros(len(self.buffers), first.shape[0], dtype=first.dtype, device=first.device)
+        self.inverse_norms = [torch.zeros(first.shape[0], 1, first.shape[1], dtype=first.dtype, device=first.device)
+                              for _ in self.buffers]
+        """``1 / ||v_i||`` of every layer's ``V`` as the last update left it, read by the next
+        forward pass instead of another pass over ``V``; ``versions[l]`` is ``V[l]._version``
+        then, so that a ``V`` changed since (``copy_``, ``fill_``, loading) has them computed anew."""
+        self.versions: list[int | None] = [None] * len(self.buffers)
+
+
+class _RowNormalizedProduct(torch.autograd.Function):
+    """``(u, s) = (x V^T, 1 / ||v_i||)`` per network, so that ``h = u diag(s)`` is the layer of
+    Eq. (55) (:class:`gmp.models.deep.RowNormalizedLinear`'s computation, the scaling left to the
+    caller, where it fuses with the activation).
+
+    Backward, from ``A = dE/du`` and ``dE/ds``: ``dE/dx = A V`` and ``dE/dV = A^T X + diag(c) V``
+    (:func:`_radial`). With an :class:`SGDInBackward` the gradient of ``V`` is never formed: the
+    momentum buffer takes the product directly (``buf = momentum buf + A^T X``, one ``baddbmm``),
+    then one pass adds ``diag(c) V`` and updates ``V`` (:func:`_momentum_step`): the same numbers
+    as ``buf = momentum buf + dE/dV; V -= lr buf`` to rounding. ``V`` is changed in place after
+    ``dE/dx`` has been computed from it; no other layer's backward reads it."""
+
+    @staticmethod
+    def forward(ctx, x, V, sgd, layer, fns):
+        fresh = sgd is not None and sgd.versions[layer] == V._version
+        s = sgd.inverse_norms[layer].detach() if fresh else fns["inverse_row_norms"](V)
+        ctx.save_for_backward(x, V, s)
+        ctx.sgd, ctx.layer, ctx.fns = sgd, layer, fns
+        return x @ V.transpose(-1, -2), s
+
+    @staticmethod
+    def backward(ctx, du, ds):
+        x, V, s = ctx.saved_tensors
+        dx = du @ V if ctx.needs_input_grad[0] else None
+        sgd, fns = ctx.sgd, ctx.fns
+        if sgd is None:
+            dV = None
+            if ctx.needs_input_grad[1]:
+                c = -ds * s.pow(3)
+                dV = (du.transpose(-1, -2) @ x).addcmul_(V, c.transpose(-1, -2))
+            return dx, dV, None, None, None
+        c, norm_sq = fns["radial"](ds, s, du @ du.transpose(-1, -2), x @ x.transpose(-1, -2))
+        sgd.norms_sq[ctx.layer].copy_(norm_sq)
+        buf = sgd.buffers[ctx.layer]
+        buf.baddbmm_(du.transpose(-1, -2), x, beta=sgd.momentum)
+        fns["momentum_step"](V, buf, c, sgd.lr, sgd.inverse_norms[ctx.layer])
+        sgd.versions[ctx.layer] = V._version
+        return dx, None, None, None, None
 
 
 class StackedDeepMLP(nn.Module):
@@ -117,6 +198,7 @@ class StackedDeepMLP(nn.Module):
         self.register_buffer("b", torch.tensor([b for _, _, b in kinds], dtype=dtype).view(-1, 1, 1))
         self.gpn = any(a != 1.0 or b != 0.0 for _, a, b in kinds)
         self._compiled = None
+        self.sgd: SGDInBackward | None = None
         has_bn = [net.norms is not None for net in networks]
         self.any_bn, self.all_bn = any(has_bn), all(has_bn)
         self.register_buffer("bn_mask", torch.tensor(has_bn).view(-1, 1, 1))
@@ -143,23 +225,30 @@ class StackedDeepMLP(nn.Module):
     def phi(self, h: torch.Tensor) -> torch.Tensor:
         """Each network's activation on its slice of ``h`` ``(N, ...)``: ``a phi(h) + b``; one
         fused kernel each way when :meth:`compile_activation` has been called."""
-        return (self._compiled or {}).get("phi", _stacked_phi)(h, self.kind, self.a, self.b, tuple(self.kinds),
+        return (self._compiled or _EAGER)["phi"](h, self.kind, self.a, self.b, tuple(self.kinds),
                                                                 self.gpn)
 
     def compile_activation(self) -> None:
         """Fuse the element-wise work of each layer with ``torch.compile``: the row scaling of
         Eq. (55) and the activation (every kind present, chosen per network, and ``a phi + b``)
-        around the layer's matrix products, forward and backward, where the eager form launches
-        a few kernels per operation and kind. Without BN a whole layer is one compiled function;
-        with BN, the product and the activation are compiled on either side of it. Compilation
-        happens at the first call; a second shape (the last, shorter batch, an evaluation chunk,
-        another stack size) recompiles once with that size dynamic. The recompilation limit is
-        raised for the shapes and kinds of a run."""
+        as one function forward and backward, and each of the other element-wise pieces of
+        :data:`_EAGER` (the row norms, the radial term, the momentum step), where the eager form
+        launches a few kernels per operation and kind. The matrix products stay ``torch``'s.
+        Compilation happens at the first call; a second shape (the last, shorter batch, an
+        evaluation chunk, another stack size) recompiles once with that size dynamic. The
+        recompilation limit is raised for the shapes and kinds of a run."""
         import torch._dynamo
 
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self._compiled = {name: torch.compile(fn, fullgraph=True) for name, fn in
-                          (("phi", _stacked_phi), ("linear", _stacked_linear), ("layer", _stacked_layer))}
+        self._compiled = {name: torch.compile(fn, fullgraph=True) for name, fn in _EAGER.items()}
+
+    def update_in_backward(self, buffers: Sequence[torch.Tensor], lr: float, momentum: float) -> SGDInBackward:
+        """From now on each backward pass updates the square layers' ``V`` by SGD with momentum
+        (learning rate ``lr``, ``buffers`` their momentum buffers) instead of giving their
+        gradients (:class:`_RowNormalizedProduct`); returns the state, whose ``norms_sq`` holds
+        the squared gradient norms of the last backward pass."""
+        self.sgd = SGDInBackward(buffers, lr, momentum)
+        return self.sgd
 
     def _batchnorm(self, h: torch.Tensor, l: int) -> torch.Tensor:
         """``nn.BatchNorm1d`` of each network on its own batch (running statistics in eval mode):
@@ -179,15 +268,13 @@ class StackedDeepMLP(nn.Module):
         if self.first_bias is not None:
             h = h + self.first_bias.unsqueeze(1)
         x = self.phi(h) if self.first_activation else h
-        compiled = self._compiled or {}
+        fns = self._compiled or _EAGER
         for l in range(self.depth):
-            if "layer" in compiled and not self.any_bn:
-                x = compiled["layer"](x, self.V[l], self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
-                continue
-            h = compiled["linear"](x, self.V[l]) if compiled else row_normalized_linear(x, self.V[l])
-            if self.any_bn:
-                h = self._batchnorm(h, l)
-            x = self.phi(h)
+            u, s = _RowNormalizedProduct.apply(x, self.V[l], self.sgd, l, fns)
+            if not self.any_bn:
+                x = fns["scaled_phi"](u, s, self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
+            else:
+                x = self.phi(self._batchnorm(u * s, l))
         out = x @ self.last_weight.transpose(1, 2)
         return out + self.last_bias.unsqueeze(1) if self.last_bias is not None else out
 
