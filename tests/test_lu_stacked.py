@@ -510,6 +510,22 @@ def test_the_inverse_row_norms_kept_from_the_update_are_computed_anew_when_a_wei
     torch.testing.assert_close(stack.model(xb), fresh(xb), rtol=1e-14, atol=0)
 
 
+def test_the_gpu_command_sizes_its_group_by_the_count_model_on_a_card_it_knows():
+    from gmp import bench
+
+    cfg = gmp.load_config("lu_real", "paper")
+    labels = lu_real.variants(lu_real.ACTIVATIONS)
+    h100 = gpu.predicted_networks(cfg, labels, "NVIDIA H100 80GB HBM3", 50 * 938, 390.0)
+    kernels, per_network = bench.COMPILED_COUNT[False]
+    assert h100 == bench.lease_prediction(per_network * (int(cfg["width"]) / bench.COUNT_WIDTH) ** 2, kernels,
+                                          bench.CARDS["H100"], depth=int(cfg["depth"]), steps=50 * 938,
+                                          seconds=390.0, most=len(labels))["networks"]
+    assert 1 <= h100 <= gpu.predicted_networks(cfg, labels, "NVIDIA H200", 50 * 938, 390.0) <= len(labels)
+    with_bn = [f"{label}-BN" for label in labels]
+    assert gpu.predicted_networks(cfg, with_bn, "NVIDIA H100", 50 * 938, 390.0) <= h100
+    assert gpu.predicted_networks(cfg, labels, "NVIDIA A100-SXM4-40GB", 50 * 938, 390.0) is None
+
+
 def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step():
     """What the GPU runs (one fused SGD pass, the activations compiled into one kernel each way)
     gives the multi-tensor update's and the eager activations' numbers, here on the CPU."""
@@ -517,16 +533,19 @@ def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step()
     g = torch.Generator().manual_seed(2)
     batches = [(torch.randn(16, 5, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(3)]
     for labels in (["Tanh-GPN", "ReLU", "SELU-BN", "GELU-GPN-BN"], ["Tanh-GPN", "ReLU", "ELU", "GELU-GPN"]):
-        runs = []  # with BN the product and the activation are compiled apart, without it a whole layer at once
+        runs, buffers = [], []  # compiled: the row scaling, BN (its running statistics too) and the activation at once
         for fused, compile in ((False, False), (True, False), (True, True)):
             training = lu_real.StackedTraining(labels, 5, cfg, compile=compile)
             training.fused = fused
             training._ratio = torch.zeros(3, len(labels), dtype=torch.float64)
             training._max_grad = torch.zeros_like(training._ratio)
             runs.append(torch.stack([training._train_step(xb, yb)[0] for xb, yb in batches]))
+            buffers.append([b.clone() for b in training.model.buffers()])
             assert training.mode == "eager" + (", compiled activations" if compile else "")
         torch.testing.assert_close(runs[1], runs[0], rtol=1e-6, atol=0)
         torch.testing.assert_close(runs[2], runs[0], rtol=1e-5, atol=0)
+        for eager, compiled in zip(buffers[0], buffers[2]):
+            torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
 
 
 def test_the_stacked_benchmark_times_one_network_and_each_stack_in_one_run():

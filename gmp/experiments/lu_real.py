@@ -346,7 +346,9 @@ class StackedTraining:
     :class:`Training` builds them (:func:`build`, the same seed) and trained as one
     :class:`gmp.models.stacked.StackedDeepMLP`: one batched computation over a network axis,
     the same shuffled mini-batch for every network (as the one-network trainer's shared seed
-    gives them anyway: a paired design), SGD with momentum written out as
+    gives them anyway: a paired design), SGD with momentum (``torch.optim.SGD``'s rule): the
+    square layers' ``V`` updated in the backward pass, their gradients never formed
+    (:meth:`gmp.models.stacked.StackedDeepMLP.update_in_backward`), the other parameters by
     ``torch.optim.SGD``'s multi-tensor update. Each step keeps its numbers on the device: the
     losses and correct counts are summed there, a network whose loss is not finite is marked
     diverged at that step (and changes no other network), and the gradient norm ratio of
@@ -355,8 +357,9 @@ class StackedTraining:
     On CUDA, ``graph=True`` captures the whole step (forward, backward, update, bookkeeping)
     in a CUDA graph after a warm-up on copies, so that the GPU does not wait for the Python
     loop; the last, shorter mini-batch of an epoch runs eagerly. ``graph=None`` captures when
-    on CUDA; the update is then one fused pass (``torch._fused_sgd_``, what
-    ``SGD(fused=True)`` runs) and ``compile=True`` fuses the activations
+    on CUDA; the other parameters' update is then one fused pass (``torch._fused_sgd_``, what
+    ``SGD(fused=True)`` runs) and ``compile=True`` fuses the activations and the square layers'
+    other element-wise work
     (:meth:`gmp.models.stacked.StackedDeepMLP.compile_activation`). Matrix products run in the
     dtype of the networks with TF32 off unless the caller turned it on (recorded in every
     epoch's ``precision``).

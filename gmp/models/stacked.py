@@ -78,6 +78,26 @@ def _scaled_phi(u: torch.Tensor, s: torch.Tensor, kind: torch.Tensor, a: torch.T
     return _stacked_phi(u * s, kind, a, b, kinds, gpn)
 
 
+def _stacked_batchnorm(h: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, weight: torch.Tensor,
+                       bias: torch.Tensor, mask: torch.Tensor | None, training: bool, momentum: float,
+                       eps: float) -> torch.Tensor:
+    """``nn.BatchNorm1d`` of each network on its own batch (running statistics ``mean``, ``var``
+    ``(N, n)`` updated in training mode, used in eval mode): one ``F.batch_norm`` over the ``N * n``
+    features of all networks, each its own channel; a network whose ``mask`` is false keeps ``h``."""
+    size, batch, width = h.shape
+    flat = h.transpose(0, 1).reshape(batch, size * width)
+    out = nn.functional.batch_norm(flat, mean.view(-1), var.view(-1), weight.view(-1), bias.view(-1), training,
+                                   momentum, eps)
+    out = out.view(batch, size, width).transpose(0, 1).contiguous()  # one layout for what follows
+    return out if mask is None else torch.where(mask, out, h)
+
+
+def _scaled_batchnorm_phi(u: torch.Tensor, s: torch.Tensor, bn: tuple, kind: torch.Tensor, a: torch.Tensor,
+                          b: torch.Tensor, kinds: tuple[int, ...], gpn: bool) -> torch.Tensor:
+    """``phi(BN(u diag(s)))`` per network (``bn`` the arguments of :func:`_stacked_batchnorm` after ``h``)."""
+    return _stacked_phi(_stacked_batchnorm(u * s, *bn), kind, a, b, kinds, gpn)
+
+
 def _inverse_row_norms(V: torch.Tensor) -> torch.Tensor:
     """``s_i = 1 / ||v_i||_2`` of every row of every network, ``(N, 1, n)``."""
     return torch.linalg.vector_norm(V, dim=-1).reciprocal().unsqueeze(-2)
@@ -103,7 +123,8 @@ def _momentum_step(V: torch.Tensor, buf: torch.Tensor, c: torch.Tensor, lr: floa
     s.copy_(_inverse_row_norms(V))
 
 
-_EAGER = {"phi": _stacked_phi, "scaled_phi": _scaled_phi, "inverse_row_norms": _inverse_row_norms,
+_EAGER = {"phi": _stacked_phi, "scaled_phi": _scaled_phi, "scaled_batchnorm_phi": _scaled_batchnorm_phi,
+          "inverse_row_norms": _inverse_row_norms,
           "radial": _radial, "momentum_step": _momentum_step}
 """The element-wise pieces of a stacked layer; :meth:`StackedDeepMLP.compile_activation` compiles each."""
 
@@ -250,17 +271,6 @@ class StackedDeepMLP(nn.Module):
         self.sgd = SGDInBackward(buffers, lr, momentum)
         return self.sgd
 
-    def _batchnorm(self, h: torch.Tensor, l: int) -> torch.Tensor:
-        """``nn.BatchNorm1d`` of each network on its own batch (running statistics in eval mode):
-        one ``F.batch_norm`` over the ``N * n`` features of all networks, each its own channel."""
-        size, batch, width = h.shape
-        flat = h.transpose(0, 1).reshape(batch, size * width)
-        out = nn.functional.batch_norm(flat, self.running_mean[l].view(-1), self.running_var[l].view(-1),
-                                       self.bn_weight[l].view(-1), self.bn_bias[l].view(-1), self.training,
-                                       self.momentum, self.eps)
-        out = out.view(batch, size, width).transpose(0, 1).contiguous()  # one layout for what follows
-        return out if self.all_bn else torch.where(self.bn_mask, out, h)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 2:
             x = x.expand(self.size, *x.shape)
@@ -274,7 +284,9 @@ class StackedDeepMLP(nn.Module):
             if not self.any_bn:
                 x = fns["scaled_phi"](u, s, self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
             else:
-                x = self.phi(self._batchnorm(u * s, l))
+                bn = (self.running_mean[l], self.running_var[l], self.bn_weight[l], self.bn_bias[l],
+                      None if self.all_bn else self.bn_mask, self.training, self.momentum, self.eps)
+                x = fns["scaled_batchnorm_phi"](u, s, bn, self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
         out = x @ self.last_weight.transpose(1, 2)
         return out + self.last_bias.unsqueeze(1) if self.last_bias is not None else out
 
