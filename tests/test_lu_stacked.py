@@ -526,6 +526,22 @@ def test_the_gpu_command_sizes_its_group_by_the_count_model_on_a_card_it_knows()
     assert gpu.predicted_networks(cfg, labels, "NVIDIA A100-SXM4-40GB", 50 * 938, 390.0) is None
 
 
+def test_the_gpu_command_probes_the_predicted_number_first_and_corrects_it(tmp_path, monkeypatch):
+    """Where the count model knows the card, the first probe is of the number it predicts, then of
+    as many as the measured step leaves room for; never of one network alone."""
+    import time
+
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
+    monkeypatch.setattr(gpu, "predicted_networks", lambda *args: 2)
+    cfg = gmp.load_config("lu_real", "smoke")
+    summary = gpu.train_group(tmp_path / "out", cfg, "cpu", time.monotonic() + 600, 0, None)
+    assert summary["predicted_networks"] == 2 and list(summary["probe_ms_per_step"]) == [2, 4]
+    assert summary["finished"] and len(summary["networks"]) == 4
+
+
 def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step():
     """What the GPU runs (one fused SGD pass, the activations compiled into one kernel each way)
     gives the multi-tensor update's and the eager activations' numbers, here on the CPU."""

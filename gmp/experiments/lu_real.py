@@ -471,6 +471,7 @@ class StackedTraining:
         with torch.no_grad():
             for tensor, value in zip(self._state(), saved):
                 tensor.copy_(value)
+        self._square.refresh(self.model.V)  # the graph reads the row norms kept, whatever V's version
         self._graph, self._static = graph, (static_x, static_y)
         self.mode = self.mode.replace("eager", "CUDA graph")
 

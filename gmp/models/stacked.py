@@ -13,6 +13,10 @@ kernel launches. Every network keeps its own function exactly:
 * nothing is summed across networks but the loss, whose gradient with respect to one
   network's parameters is that network's own gradient.
 
+Trained by :class:`gmp.experiments.lu_real.StackedTraining`, the square layers take SGD with
+momentum in the backward pass (:meth:`StackedDeepMLP.update_in_backward`), so that their
+gradients are never formed: the fewest passes over each ``n x n`` weight.
+
 All networks see the same mini-batch at each step (a paired design). A network whose
 numbers become infinite or NaN stays so within its own slice of every tensor and changes no
 other network. :meth:`StackedDeepMLP.load_into` gives back network ``i`` as a :class:`DeepMLP`.
@@ -28,7 +32,7 @@ from torch import nn
 from gmp.gpn import ACTIVATIONS, GPN, _Named
 from gmp.models.deep import DeepMLP, RowNormalizedLinear
 
-__all__ = ["StackedDeepMLP"]
+__all__ = ["SGDInBackward", "StackedDeepMLP"]
 
 _KINDS = list(ACTIVATIONS)
 
@@ -124,8 +128,7 @@ def _momentum_step(V: torch.Tensor, buf: torch.Tensor, c: torch.Tensor, lr: floa
 
 
 _EAGER = {"phi": _stacked_phi, "scaled_phi": _scaled_phi, "scaled_batchnorm_phi": _scaled_batchnorm_phi,
-          "inverse_row_norms": _inverse_row_norms,
-          "radial": _radial, "momentum_step": _momentum_step}
+          "inverse_row_norms": _inverse_row_norms, "radial": _radial, "momentum_step": _momentum_step}
 """The element-wise pieces of a stacked layer; :meth:`StackedDeepMLP.compile_activation` compiles each."""
 
 
@@ -144,6 +147,14 @@ class SGDInBackward:
         forward pass instead of another pass over ``V``; ``versions[l]`` is ``V[l]._version``
         then, so that a ``V`` changed since (``copy_``, ``fill_``, loading) has them computed anew."""
         self.versions: list[int | None] = [None] * len(self.buffers)
+
+    @torch.no_grad()
+    def refresh(self, weights: Sequence[torch.Tensor]) -> None:
+        """Compute :attr:`inverse_norms` from the square layers' ``weights`` (their ``V``) as they are
+        now, for a step that reads them without looking at versions (a captured CUDA graph)."""
+        for layer, V in enumerate(weights):
+            self.inverse_norms[layer].copy_(_inverse_row_norms(V))
+            self.versions[layer] = V._version
 
 
 class _RowNormalizedProduct(torch.autograd.Function):
@@ -246,14 +257,14 @@ class StackedDeepMLP(nn.Module):
     def phi(self, h: torch.Tensor) -> torch.Tensor:
         """Each network's activation on its slice of ``h`` ``(N, ...)``: ``a phi(h) + b``; one
         fused kernel each way when :meth:`compile_activation` has been called."""
-        return (self._compiled or _EAGER)["phi"](h, self.kind, self.a, self.b, tuple(self.kinds),
-                                                                self.gpn)
+        return (self._compiled or _EAGER)["phi"](h, self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
 
     def compile_activation(self) -> None:
         """Fuse the element-wise work of each layer with ``torch.compile``: the row scaling of
         Eq. (55) and the activation (every kind present, chosen per network, and ``a phi + b``)
-        as one function forward and backward, and each of the other element-wise pieces of
-        :data:`_EAGER` (the row norms, the radial term, the momentum step), where the eager form
+        (with batch normalisation, when present) as one function forward and backward, and each
+        of the other element-wise pieces (the row norms, the radial term of the row
+        normalisation's gradient, the momentum step), where the eager form
         launches a few kernels per operation and kind. The matrix products stay ``torch``'s.
         Compilation happens at the first call; a second shape (the last, shorter batch, an
         evaluation chunk, another stack size) recompiles once with that size dynamic. The
@@ -266,9 +277,14 @@ class StackedDeepMLP(nn.Module):
     def update_in_backward(self, buffers: Sequence[torch.Tensor], lr: float, momentum: float) -> SGDInBackward:
         """From now on each backward pass updates the square layers' ``V`` by SGD with momentum
         (learning rate ``lr``, ``buffers`` their momentum buffers) instead of giving their
-        gradients (:class:`_RowNormalizedProduct`); returns the state, whose ``norms_sq`` holds
-        the squared gradient norms of the last backward pass."""
+        gradients: ``buf = momentum buf + A^T X`` by one ``baddbmm`` (``A = dE/du`` with ``u = x
+        V^T``, ``X`` the layer's input), then one pass adds the radial term ``diag(c) V`` of
+        Eq. (55)'s row normalisation, updates ``V`` and keeps its inverse row norms for the next
+        forward pass; ``torch.optim.SGD``'s numbers to rounding, no ``n x n`` gradient formed.
+        Returns the state, whose ``norms_sq`` holds the squared gradient norms of the last
+        backward pass, computed from two batch-by-batch Gram matrices."""
         self.sgd = SGDInBackward(buffers, lr, momentum)
+        self.sgd.refresh(self.V)
         return self.sgd
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
