@@ -6,7 +6,8 @@ of Lu et al.'s Section 3.2 before and after the fused row-normalised layer (:fun
 ``python -m gmp.bench --stacked [--device cuda]`` instead times training steps of ``lu_real``'s
 depth-200 networks one at a time and stacked (:func:`stacked`), and on a GPU projects the whole
 paper-scale run from them. ``python -m gmp.bench --stacked --count`` counts instead, on the CPU, the
-kernels and bytes per layer of a stacked step and the networks per GPU command they allow (:func:`count`).
+kernels and bytes per layer of a stacked step, eager and compiled, and the networks per GPU
+command they allow (:func:`count`).
 
 ``python -m gmp.bench --minibatch`` instead times mini-batch Adam updates of the SBSNN figure
 network under its author's protocol (:func:`minibatch`).
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -348,6 +350,16 @@ CARDS: dict[str, float] = {"H100": 3.0e12, "H200": 4.3e12}
 """Memory bandwidth (bytes/s) of the GPUs lent to this project: an H100's as measured (3.0 TB/s),
 an H200's as its maker gives it (4.3 TB/s)."""
 
+COUNT_WIDTH = 500
+"""The width at which :data:`COMPILED_COUNT` was counted (``lu_real``'s paper width, batch 64)."""
+
+COMPILED_COUNT: dict[bool, tuple[float, float]] = {False: (10, 9.88e6), True: (10, 9.93e6)}
+"""``(kernels per layer-step of the stack, bytes per layer per network-step)`` of ``lu_real``'s
+compiled stacked step without (``False``) and with BN (``True``), as ``python -m gmp.bench --stacked
+--count`` printed them on 2026-11-27 (torch 2.14.1, twelve networks, width :data:`COUNT_WIDTH`,
+batch 64, float32): the model by which the GPU command sizes its group before its probe corrects
+it (:func:`gmp.gpu.predicted_networks`). Recount after changing the stacked step."""
+
 _NO_KERNEL = frozenset({"empty", "empty_strided", "empty_like", "lift_fresh", "_local_scalar_dense", "detach",
                         "alias", "_unsafe_view", "set_", "resize_", "_to_copy_meta"})
 """ATen operators that launch no kernel on a GPU (allocation, aliasing, reading a scalar back)."""
@@ -357,12 +369,18 @@ class _KernelCounter(TorchDispatchMode):
     """Counts the ATen operators a computation runs at the dispatcher (after autograd and composite
     operators have been decomposed, as ``torch.utils.flop_counter`` counts), except views and
     :data:`_NO_KERNEL`: each is one kernel on a GPU in eager mode. Its bytes are those of its
-    distinct tensor inputs (read) and outputs (written), each once."""
+    distinct tensor inputs (read) and outputs (written), each once; ``square_bytes`` the part of
+    them in tensors whose last two sizes are equal and at least 32 (a square layer's ``V`` or its
+    momentum buffer)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.kernels, self.bytes = 0, 0
+        self.kernels, self.bytes, self.square_bytes = 0, 0, 0
         self.names: dict[str, int] = {}
+
+    def _add_bytes(self, tensors: Sequence[torch.Tensor]) -> None:
+        self.bytes += sum(t.nbytes for t in tensors)
+        self.square_bytes += sum(t.nbytes for t in tensors if t.dim() >= 2 and t.shape[-1] == t.shape[-2] >= 32)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -375,17 +393,76 @@ class _KernelCounter(TorchDispatchMode):
             for tree in ((args, kwargs or {}), out):
                 tensors = {(t.data_ptr(), t.nbytes): t for t in torch.utils._pytree.tree_leaves(tree)
                            if isinstance(t, torch.Tensor)}
-                self.bytes += sum(nbytes for _, nbytes in tensors)
+                self._add_bytes(list(tensors.values()))
         return out
+
+
+_GRAPH_KERNEL = re.compile(r"^\s+(?:cpp_fused_\w+\(|extern_kernels\.|aten\.|\w+\.run\()", re.MULTILINE)
+"""A kernel launch in the ``call`` function of Inductor's generated code: a fused C++ kernel
+(``cpp_fused_*``) on the CPU, a Triton kernel (``*.run(``) on CUDA, or a library kernel."""
+
+
+class _CompiledKernelCounter(_KernelCounter):
+    """:class:`_KernelCounter` of a step with functions compiled by ``torch.compile``: each call of
+    a compiled graph (:class:`torch._inductor.output_code.CompiledFxGraph`, forward or backward)
+    counts the kernels its generated code launches (:data:`_GRAPH_KERNEL`) and, as bytes, its
+    distinct tensor inputs read and its outputs and changed inputs written, each once per call
+    (what the graph's kernels read of one another's results, and a tensor two of its kernels
+    both read, are not counted: a lower bound where a graph launches more than one kernel).
+    The operators outside the graphs are counted as :class:`_KernelCounter` counts them.
+    ``compiled`` names the functions (:func:`gmp.models.stacked.StackedDeepMLP.compile_activation`'s)
+    that are entered with the dispatcher mode suspended, as Dynamo requires."""
+
+    def __init__(self, compiled: dict[str, Callable[..., Any]]) -> None:
+        super().__init__()
+        self.compiled, self.graph_kernels = compiled, 0
+
+    def __enter__(self):
+        from torch._inductor.output_code import CompiledFxGraph
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        self._saved = (CompiledFxGraph.__call__, dict(self.compiled))
+        original, counter = CompiledFxGraph.__call__, self
+
+        def call(graph, inputs):
+            changed = {id(inputs[i]): inputs[i] for i in graph.mutated_input_idxs}
+            read = {id(t): t for t in inputs if isinstance(t, torch.Tensor)}
+            with _disable_current_modes():
+                out = original(graph, inputs)
+            kernels = len(_GRAPH_KERNEL.findall(graph.source_code.split("def call(", 1)[-1]))
+            counter.kernels += kernels
+            counter.graph_kernels += kernels
+            written = {id(t): t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)}
+            written.update(changed)
+            counter._add_bytes([*read.values(), *written.values()])
+            return out
+
+        def suspended(fn):
+            def run(*args, **kwargs):
+                with _disable_current_modes():
+                    return fn(*args, **kwargs)
+            return run
+
+        CompiledFxGraph.__call__ = call
+        self.compiled.update({name: suspended(fn) for name, fn in self.compiled.items()})
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        from torch._inductor.output_code import CompiledFxGraph
+
+        CompiledFxGraph.__call__, saved = self._saved
+        self.compiled.update(saved)
+        return super().__exit__(*exc)
 
 
 def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[int, int] = (2, 6), width: int = 500,
                   batch: int = 64, in_features: int = 784, compile: bool = False) -> dict[str, float]:
     """Kernels and bytes of one training step of ``lu_real``'s networks ``labels`` (with BN when
     ``batchnorm``) stacked by :class:`gmp.experiments.lu_real.StackedTraining`, counted on the CPU by
-    :class:`_KernelCounter`, per square layer: the difference between the counts at the two
-    ``depths``, divided by their difference (the bottom and top layers, the loss and the
-    bookkeeping cancel out). Eager mode, float32; the step after two warm-up steps."""
+    :class:`_KernelCounter` (eager) or, with ``compile``, :class:`_CompiledKernelCounter` (the
+    element-wise work compiled, as the GPU command runs it), per square layer: the difference
+    between the counts at the two ``depths``, divided by their difference (the bottom and top
+    layers, the loss and the bookkeeping cancel out). Float32; the step after two warm-up steps."""
     from gmp import config
     from gmp.experiments import lu_real
 
@@ -398,12 +475,13 @@ def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[
         cfg = config.Config("lu_real", "paper", {**base, "depth": depth, "width": width, "batch_size": batch})
         training = lu_real.StackedTraining(names, in_features, cfg, "cpu", graph=False, compile=compile)
         training.seconds_per_step(x, y, steps=1)  # the bookkeeping set up, two warm-up steps
-        with _KernelCounter() as counter:
+        with _CompiledKernelCounter(training.model._compiled) if compile else _KernelCounter() as counter:
             training._full_step(x, y)
         counts.append(counter)
     layers = depths[1] - depths[0]
     return {"networks": len(names), "kernels_per_layer_step": (counts[1].kernels - counts[0].kernels) / layers,
             "bytes_per_layer_step": (counts[1].bytes - counts[0].bytes) / layers,
+            "square_bytes_per_layer_step": (counts[1].square_bytes - counts[0].square_bytes) / layers,
             "kernels_per_step_at_depth": {d: c.kernels for d, c in zip(depths, counts)},
             "operators_per_layer_step": {k: (counts[1].names.get(k, 0) - counts[0].names.get(k, 0)) / layers
                                          for k in sorted(set(counts[1].names) | set(counts[0].names))
@@ -427,35 +505,69 @@ def lease_prediction(bytes_per_layer_network_step: float, kernels_per_layer_step
             "break_even_us_per_kernel": 1e6 * floor / (depth * kernels_per_layer_step)}
 
 
-def count(print_fn: Callable[[str], None] = print) -> list[dict[str, Any]]:
+def count_grouped(labels: Sequence[str], batchnorm: bool = False, compile: bool = False,
+                  **kwargs: Any) -> dict[str, float]:
+    """:func:`count_stacked` of ``labels`` trained as sub-stacks grouped by activation (plain and
+    GPN of one activation together, whose activations need no mask), summed over the groups:
+    the other way of giving every network its own activation."""
+    groups: dict[str, list[str]] = {}
+    for label in labels:
+        groups.setdefault(label.split("-")[0], []).append(label)
+    rows = [count_stacked(group, batchnorm, compile=compile, **kwargs) for group in groups.values()]
+    return {"networks": len(labels), "groups": len(rows),
+            **{key: sum(r[key] for r in rows) for key in ("kernels_per_layer_step", "bytes_per_layer_step",
+                                                          "square_bytes_per_layer_step")}}
+
+
+def count(print_fn: Callable[[str], None] = print, labels: Sequence[str] | None = None,
+          **kwargs: Any) -> list[dict[str, Any]]:
     """``python -m gmp.bench --stacked --count``: :func:`count_stacked` for a group of ``lu_real``'s
-    twelve networks (six activations, plain and GPN) without and with BN, and the networks per GPU
-    command it predicts on each of :data:`CARDS` (:func:`lease_prediction`)."""
+    networks (default the twelve: six activations, plain and GPN) without and with BN, eager and
+    compiled (:class:`_CompiledKernelCounter`), the compiled step without BN also grouped by
+    activation (:func:`count_grouped`), and the networks per GPU command the compiled count
+    predicts on each of :data:`CARDS` (:func:`lease_prediction`). ``kwargs`` go to
+    :func:`count_stacked` (a smaller width, batch or depths for a quick run)."""
     from gmp.experiments import lu_real
 
-    labels = lu_real.variants(lu_real.ACTIVATIONS)
+    labels = list(labels or lu_real.variants(lu_real.ACTIVATIONS))
+    width, batch = kwargs.get("width", 500), kwargs.get("batch", 64)
     rows = []
-    print_fn(f"one training step of {len(labels)} stacked networks (lu_real, width 500, batch 64, float32, eager), "
-             f"counted on the CPU at the dispatcher (views and allocations left out), per square layer; "
-             f"torch {torch.__version__}")
+    print_fn(f"one training step of {len(labels)} stacked networks (lu_real, width {width}, batch {batch}, float32), "
+             f"counted on the CPU per square layer: eager, each ATen operator one kernel (views and allocations left "
+             f"out); compiled, each kernel Inductor generates plus the operators outside its graphs; torch "
+             f"{torch.__version__}")
+    print_fn(f"{'':<30} {'kernels/layer-step':>18} {'MB/layer/network-step':>22} {'of which in n x n tensors':>26}")
     for batchnorm in (False, True):
-        row = count_stacked(labels, batchnorm)
-        n = row["networks"]
-        row["bytes_per_layer_network_step"] = row["bytes_per_layer_step"] / n
-        print_fn(f"{'with' if batchnorm else 'without'} BN: {row['kernels_per_layer_step']:.0f} kernels per layer-step "
-                 f"for the stack, {row['bytes_per_layer_network_step'] / 1e6:.2f} MB per layer per network-step "
-                 f"({row['bytes_per_layer_step'] / 1e6:.1f} MB for the stack); at depth 200: "
-                 f"{200 * row['kernels_per_layer_step']:,.0f} kernels and "
-                 f"{200 * row['bytes_per_layer_step'] / 1e9:.1f} GB per step")
-        print_fn("  operators per layer-step: " + ", ".join(f"{k} {v:g}" for k, v in row["operators_per_layer_step"].items()))
+        for compile in (False, True):
+            row = count_stacked(labels, batchnorm, compile=compile, **kwargs)
+            row.update(batchnorm=batchnorm, compiled=compile, grouped=False)
+            rows.append(row)
+            if compile and not batchnorm:
+                grouped = count_grouped(labels, batchnorm, compile=compile, **kwargs)
+                grouped.update(batchnorm=batchnorm, compiled=compile, grouped=True)
+                rows.append(grouped)
+    for row in rows:
+        row["bytes_per_layer_network_step"] = row["bytes_per_layer_step"] / row["networks"]
+        what = (f"{'with' if row['batchnorm'] else 'without'} BN, {'compiled' if row['compiled'] else 'eager'}"
+                + (f", {row['groups']} groups" if row["grouped"] else ""))
+        print_fn(f"{what:<30} {row['kernels_per_layer_step']:>18.0f} {row['bytes_per_layer_network_step'] / 1e6:>22.2f} "
+                 f"{row['square_bytes_per_layer_step'] / row['networks'] / 1e6:>26.2f}")
+    for row in rows:
+        if "operators_per_layer_step" in row:
+            print_fn(f"  operators per layer-step, {'with' if row['batchnorm'] else 'without'} BN, "
+                     f"{'compiled (outside its graphs)' if row['compiled'] else 'eager'}: "
+                     + ", ".join(f"{k} {v:g}" for k, v in row["operators_per_layer_step"].items()))
+    for row in rows:
+        if not row["compiled"] or row["grouped"]:
+            continue
         for card, bandwidth in CARDS.items():
             prediction = lease_prediction(row["bytes_per_layer_network_step"], row["kernels_per_layer_step"], bandwidth)
             row[card] = prediction
-            print_fn(f"  {card} ({bandwidth / 1e12:.1f} TB/s): memory floor {1e3 * prediction['seconds_per_network_step']:.2f}"
-                     f" ms per network-step; {prediction['networks']} networks' 50 MNIST epochs fit in one command's "
-                     f"390 s of training ({prediction['minutes_for_them']:.1f} min at the floor), if each kernel costs "
-                     f"under {prediction['break_even_us_per_kernel']:.2f} us")
-        rows.append(row)
+            print_fn(f"{'with' if row['batchnorm'] else 'without'} BN, compiled, {card} ({bandwidth / 1e12:.1f} TB/s): "
+                     f"memory floor {1e3 * prediction['seconds_per_network_step']:.2f} ms per network-step at depth 200; "
+                     f"{prediction['networks']} networks' 50 MNIST epochs fit in one command's 390 s of training "
+                     f"({prediction['minutes_for_them']:.1f} min at the floor), if each kernel costs under "
+                     f"{prediction['break_even_us_per_kernel']:.2f} us")
     return rows
 
 

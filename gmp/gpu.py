@@ -269,6 +269,23 @@ def _probe(labels: list[str], networks: list[Any], cfg: Any, device: str, x: tor
     raise RuntimeError(f"every mode failed ({', '.join(modes)}): " + " | ".join(notes[-len(modes):]))
 
 
+def predicted_networks(cfg: Any, labels: Sequence[str], device_name: str, steps: int, seconds: float) -> int | None:
+    """How many of ``labels`` (a group, without or with BN) the count model says finish ``steps``
+    steps in ``seconds`` on the GPU named ``device_name``: :func:`gmp.bench.lease_prediction` of
+    the compiled step's counted bytes (:data:`gmp.bench.COMPILED_COUNT`, scaled by ``cfg``'s
+    width squared) at the card's bandwidth (:data:`gmp.bench.CARDS`); ``None`` for a card the
+    model does not know (the probes alone decide there)."""
+    from gmp import bench
+
+    card = next((card for card in bench.CARDS if card in device_name), None)
+    if card is None or not labels:
+        return None
+    kernels, per_network = bench.COMPILED_COUNT[labels[0].endswith("-BN")]
+    scale = (int(cfg["width"]) / bench.COUNT_WIDTH) ** 2
+    return max(1, bench.lease_prediction(per_network * scale, kernels, bench.CARDS[card], depth=int(cfg["depth"]),
+                                         steps=steps, seconds=seconds, most=len(labels))["networks"])
+
+
 def load_group(cfg: Any, seed: int = 0) -> tuple[str, list[str], Any]:
     """``(dataset, labels, (train, test))`` of the next group (:func:`next_group`) of ``cfg``'s run,
     its data loaded (so that missing data stops the command before anything else runs)."""
@@ -285,8 +302,10 @@ def load_group(cfg: Any, seed: int = 0) -> tuple[str, list[str], Any]:
 def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, networks: int | None,
                 group: tuple[str, list[str], Any] | None = None) -> dict[str, Any]:
     """Train the next group (:func:`load_group`, or ``group``) of the ``lu_real`` run until
-    ``deadline`` (monotonic s): as many of its networks as finish all their epochs by then, at
-    the step time measured for one network, for all of them and for the number chosen."""
+    ``deadline`` (monotonic s): as many of its networks as finish all their epochs by then. On a
+    card the count model knows, the number it predicts (:func:`predicted_networks`) is probed and
+    corrected by the measured step time (more if it leaves room, fewer if it does not); elsewhere
+    by the step time measured for one network, for all of them and for the number chosen."""
     from gmp import results
     from gmp.experiments import lu_real
 
@@ -327,9 +346,25 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
     if left() <= 0:
         summary["status"] = "no time left: nothing trained"
         return summary
+    predicted = predicted_networks(cfg, labels, torch.cuda.get_device_name(device) if device.startswith("cuda") else "",
+                                   epochs * steps, 0.9 * left() * 60 / 1.3)
+    summary["predicted_networks"] = predicted
     if networks is not None:
         count = min(networks, len(labels))
         measure(count)
+    elif predicted is not None:  # the count model's number, then corrected by its probe
+        count = predicted
+        chosen = measure(count)
+        if minutes(chosen) <= 0.9 * left() and count < len(labels):
+            count = min(len(labels), int(count * 0.9 * left() / minutes(chosen)))
+            if count > predicted:
+                chosen = measure(count)
+        if minutes(chosen) > 0.9 * left():  # fewer, at the measured time per network
+            count = int(count * 0.9 * left() / minutes(chosen))
+            if count < 1:
+                summary["status"] = (f"not even one network finishes its {epochs} epochs in the {left():.1f} min "
+                                     "left at the measured step time (probe_ms_per_step): nothing trained")
+                return summary
     else:
         one = measure(1)
         first_mode = summary["mode"]

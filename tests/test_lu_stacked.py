@@ -470,6 +470,84 @@ def test_store_record_journals_many_units_in_one_write_as_memo_journals_one(tmp_
     assert store.journalled("c") == {"x": 3}
 
 
+@pytest.mark.parametrize("dtype, rtol", [(torch.float32, 2e-5), (torch.float64, 1e-11)])
+def test_the_update_in_the_backward_pass_is_sgd_with_momentum(dtype, rtol):
+    """Three steps of the stacked trainer, whose square layers take SGD with momentum in the
+    backward pass (the product into the momentum buffer, the gradient never formed, its norm
+    from two Gram matrices), equal three steps of ``torch.optim.SGD(momentum)`` on the autograd
+    gradients of a copy of the same stack: every parameter, momentum buffer and gradient norm,
+    to the rounding of ``dtype``."""
+    cfg = _cfg(width=12, depth=4, lr=0.05, momentum=0.9)
+    labels = ["ReLU", "SELU-GPN", "Tanh-BN", "GELU-GPN-BN"]
+    stack = lu_real.StackedTraining(labels, 5, cfg, dtype=dtype)
+    stack._ratio = torch.zeros(3, len(labels), dtype=torch.float64)
+    stack._max_grad = torch.zeros_like(stack._ratio)
+    ref = copy.deepcopy(stack.model)
+    ref.sgd = None  # autograd gives the square layers' gradients
+    opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    for xb, yb in _batches():
+        norms = stack._train_step(xb.to(dtype), yb)[1]
+        opt.zero_grad(set_to_none=True)
+        logits = ref(xb.to(dtype))
+        torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.repeat(len(labels)),
+                                          reduction="none").view(len(labels), -1).mean(1).sum().backward()
+        want = torch.stack([V.grad.flatten(1).norm(dim=1) for V in ref.V])
+        opt.step()
+        torch.testing.assert_close(norms, want, rtol=rtol, atol=0)
+        for (name, p), buf, q in zip(stack.model.named_parameters(), stack.momentum_buffers, ref.parameters()):
+            torch.testing.assert_close(p, q, rtol=rtol, atol=rtol * 1e-2, msg=name)
+            torch.testing.assert_close(buf, opt.state[q]["momentum_buffer"], rtol=rtol, atol=rtol * 1e-2, msg=name)
+
+
+def test_the_inverse_row_norms_kept_from_the_update_are_computed_anew_when_a_weight_changes():
+    """The next forward pass reads the row norms the update left (no pass over ``V``), unless ``V``
+    was changed since: then it computes them from ``V``, and the stack gives what a fresh copy gives."""
+    cfg = _cfg(width=12, depth=3)
+    stack = lu_real.StackedTraining(["ReLU", "SELU-GPN"], 5, cfg, dtype=torch.float64)
+    stack._ratio = torch.zeros(2, 2, dtype=torch.float64)
+    stack._max_grad = torch.zeros_like(stack._ratio)
+    xb, yb = _batches()[0]
+    stack._train_step(xb, yb)
+    assert all(v == V._version for v, V in zip(stack._square.versions, stack.model.V))
+    with torch.no_grad():
+        stack.model.V[1].mul_(torch.linspace(0.5, 2.0, 12, dtype=torch.float64).view(1, 12, 1))
+    fresh = copy.deepcopy(stack.model)
+    fresh.sgd = None
+    torch.testing.assert_close(stack.model(xb), fresh(xb), rtol=1e-14, atol=0)
+
+
+def test_the_gpu_command_sizes_its_group_by_the_count_model_on_a_card_it_knows():
+    from gmp import bench
+
+    cfg = gmp.load_config("lu_real", "paper")
+    labels = lu_real.variants(lu_real.ACTIVATIONS)
+    h100 = gpu.predicted_networks(cfg, labels, "NVIDIA H100 80GB HBM3", 50 * 938, 390.0)
+    kernels, per_network = bench.COMPILED_COUNT[False]
+    assert h100 == bench.lease_prediction(per_network * (int(cfg["width"]) / bench.COUNT_WIDTH) ** 2, kernels,
+                                          bench.CARDS["H100"], depth=int(cfg["depth"]), steps=50 * 938,
+                                          seconds=390.0, most=len(labels))["networks"]
+    assert 1 <= h100 <= gpu.predicted_networks(cfg, labels, "NVIDIA H200", 50 * 938, 390.0) <= len(labels)
+    with_bn = [f"{label}-BN" for label in labels]
+    assert gpu.predicted_networks(cfg, with_bn, "NVIDIA H100", 50 * 938, 390.0) <= h100
+    assert gpu.predicted_networks(cfg, labels, "NVIDIA A100-SXM4-40GB", 50 * 938, 390.0) is None
+
+
+def test_the_gpu_command_probes_the_predicted_number_first_and_corrects_it(tmp_path, monkeypatch):
+    """Where the count model knows the card, the first probe is of the number it predicts, then of
+    as many as the measured step leaves room for; never of one network alone."""
+    import time
+
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
+    monkeypatch.setattr(gpu, "predicted_networks", lambda *args: 2)
+    cfg = gmp.load_config("lu_real", "smoke")
+    summary = gpu.train_group(tmp_path / "out", cfg, "cpu", time.monotonic() + 600, 0, None)
+    assert summary["predicted_networks"] == 2 and list(summary["probe_ms_per_step"]) == [2, 4]
+    assert summary["finished"] and len(summary["networks"]) == 4
+
+
 def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step():
     """What the GPU runs (one fused SGD pass, the activations compiled into one kernel each way)
     gives the multi-tensor update's and the eager activations' numbers, here on the CPU."""
@@ -477,16 +555,19 @@ def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step()
     g = torch.Generator().manual_seed(2)
     batches = [(torch.randn(16, 5, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(3)]
     for labels in (["Tanh-GPN", "ReLU", "SELU-BN", "GELU-GPN-BN"], ["Tanh-GPN", "ReLU", "ELU", "GELU-GPN"]):
-        runs = []  # with BN the product and the activation are compiled apart, without it a whole layer at once
+        runs, buffers = [], []  # compiled: the row scaling, BN (its running statistics too) and the activation at once
         for fused, compile in ((False, False), (True, False), (True, True)):
             training = lu_real.StackedTraining(labels, 5, cfg, compile=compile)
             training.fused = fused
             training._ratio = torch.zeros(3, len(labels), dtype=torch.float64)
             training._max_grad = torch.zeros_like(training._ratio)
             runs.append(torch.stack([training._train_step(xb, yb)[0] for xb, yb in batches]))
+            buffers.append([b.clone() for b in training.model.buffers()])
             assert training.mode == "eager" + (", compiled activations" if compile else "")
         torch.testing.assert_close(runs[1], runs[0], rtol=1e-6, atol=0)
         torch.testing.assert_close(runs[2], runs[0], rtol=1e-5, atol=0)
+        for eager, compiled in zip(buffers[0], buffers[2]):
+            torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
 
 
 def test_the_stacked_benchmark_times_one_network_and_each_stack_in_one_run():

@@ -346,7 +346,9 @@ class StackedTraining:
     :class:`Training` builds them (:func:`build`, the same seed) and trained as one
     :class:`gmp.models.stacked.StackedDeepMLP`: one batched computation over a network axis,
     the same shuffled mini-batch for every network (as the one-network trainer's shared seed
-    gives them anyway: a paired design), SGD with momentum written out as
+    gives them anyway: a paired design), SGD with momentum (``torch.optim.SGD``'s rule): the
+    square layers' ``V`` updated in the backward pass, their gradients never formed
+    (:meth:`gmp.models.stacked.StackedDeepMLP.update_in_backward`), the other parameters by
     ``torch.optim.SGD``'s multi-tensor update. Each step keeps its numbers on the device: the
     losses and correct counts are summed there, a network whose loss is not finite is marked
     diverged at that step (and changes no other network), and the gradient norm ratio of
@@ -355,8 +357,9 @@ class StackedTraining:
     On CUDA, ``graph=True`` captures the whole step (forward, backward, update, bookkeeping)
     in a CUDA graph after a warm-up on copies, so that the GPU does not wait for the Python
     loop; the last, shorter mini-batch of an epoch runs eagerly. ``graph=None`` captures when
-    on CUDA; the update is then one fused pass (``torch._fused_sgd_``, what
-    ``SGD(fused=True)`` runs) and ``compile=True`` fuses the activations
+    on CUDA; the other parameters' update is then one fused pass (``torch._fused_sgd_``, what
+    ``SGD(fused=True)`` runs) and ``compile=True`` fuses the activations and the square layers'
+    other element-wise work
     (:meth:`gmp.models.stacked.StackedDeepMLP.compile_activation`). Matrix products run in the
     dtype of the networks with TF32 off unless the caller turned it on (recorded in every
     epoch's ``precision``).
@@ -382,8 +385,12 @@ class StackedTraining:
             self.model.compile_activation()
         self.fused = self.device.type == "cuda"
         self.params = list(self.model.parameters())
-        self._v_index = [next(j for j, p in enumerate(self.params) if p is V) for V in self.model.V]
         self.momentum_buffers = [torch.zeros_like(p) for p in self.params]
+        square = {id(V) for V in self.model.V}
+        self._rest = [j for j, p in enumerate(self.params) if id(p) not in square]
+        self._square = self.model.update_in_backward(
+            [buf for p, buf in zip(self.params, self.momentum_buffers) if id(p) in square], float(cfg["lr"]),
+            float(cfg["momentum"]))
         self.generator = torch.Generator().manual_seed(seed)
         self.epoch, self.step = 0, 0
         size, n = len(self.labels), self.device
@@ -404,17 +411,21 @@ class StackedTraining:
 
     def _sgd(self, grads: list[torch.Tensor]) -> None:
         """``buf = momentum buf + grad; p -= lr buf``: ``torch.optim.SGD`` (no dampening, no
-        weight decay), multi-tensor on the CPU, fused (one pass) on CUDA; the buffers start at
+        weight decay) of the parameters other than the square layers' ``V`` (updated in the
+        backward pass, :meth:`gmp.models.stacked.StackedDeepMLP.update_in_backward`), ``grads``
+        theirs in order; multi-tensor on the CPU, fused (one pass) on CUDA; the buffers start at
         zero, so the first step is ``buf = grad``."""
         momentum, lr = float(self.cfg["momentum"]), float(self.cfg["lr"])
+        params = [self.params[j] for j in self._rest]
+        buffers = [self.momentum_buffers[j] for j in self._rest]
         with torch.no_grad():
             if self.fused:  # the fused kernel reads a gradient's storage in order: transposed ones are copied
-                torch._fused_sgd_(self.params, [g.contiguous() for g in grads], self.momentum_buffers, weight_decay=0.0, momentum=momentum,
+                torch._fused_sgd_(params, [g.contiguous() for g in grads], buffers, weight_decay=0.0, momentum=momentum,
                                   lr=lr, dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
                 return
-            torch._foreach_mul_(self.momentum_buffers, momentum)
-            torch._foreach_add_(self.momentum_buffers, grads)
-            torch._foreach_add_(self.params, self.momentum_buffers, alpha=-lr)
+            torch._foreach_mul_(buffers, momentum)
+            torch._foreach_add_(buffers, grads)
+            torch._foreach_add_(params, buffers, alpha=-lr)
 
     def _train_step(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of every network on the mini-batch ``(xb, yb)``, with its bookkeeping on the
@@ -427,9 +438,8 @@ class StackedTraining:
         running = self.diverged_at < 0
         self.diverged_at.copy_(torch.where(running & ~finite, self._step_t, self.diverged_at))
         ok = running & finite
-        grads = torch.autograd.grad(loss.sum(), self.params)
-        norms = torch.stack(torch._foreach_norm([grads[j][i] for j in self._v_index for i in range(size)])).view(
-            self.model.depth, size)
+        grads = torch.autograd.grad(loss.sum(), [self.params[j] for j in self._rest])  # and the V updated
+        norms = self._square.norms_sq.clamp(min=0).sqrt()
         self._ratio.index_copy_(0, self._slot_t, (norms.amax(0).double() / norms.amin(0).double()).unsqueeze(0))
         self._max_grad.index_copy_(0, self._slot_t, norms.amax(0).unsqueeze(0).to(self._ratio.dtype))
         self._sgd(list(grads))
@@ -441,8 +451,8 @@ class StackedTraining:
         return loss.detach(), norms
 
     def _state(self) -> list[torch.Tensor]:
-        return self.params + self.momentum_buffers + list(self.model.buffers()) + [
-            self._step_t, self._slot_t, self._loss_sum, self._correct, self.diverged_at, self._ratio, self._max_grad]
+        return self.params + self.momentum_buffers + list(self.model.buffers()) + self._square.inverse_norms + [
+            self._square.norms_sq, self._step_t, self._slot_t, self._loss_sum, self._correct, self.diverged_at, self._ratio, self._max_grad]
 
     def _capture(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
         """Capture :meth:`_train_step` on static copies of ``(xb, yb)`` in a CUDA graph. The warm-up
@@ -461,6 +471,7 @@ class StackedTraining:
         with torch.no_grad():
             for tensor, value in zip(self._state(), saved):
                 tensor.copy_(value)
+        self._square.refresh(self.model.V)  # the graph reads the row norms kept, whatever V's version
         self._graph, self._static = graph, (static_x, static_y)
         self.mode = self.mode.replace("eager", "CUDA graph")
 
