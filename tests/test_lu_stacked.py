@@ -63,8 +63,7 @@ def test_the_stacked_trainer_equals_the_one_network_trainer_in_float64():
     cfg = _cfg(width=12, depth=50, lr=1e-4)  # the paper's rate
     batches = _batches()
     stack = lu_real.StackedTraining(LABELS, 5, cfg, dtype=torch.float64)
-    stack._ratio = torch.zeros(3, len(LABELS), dtype=torch.float64)
-    stack._max_grad = torch.zeros_like(stack._ratio)
+    stack.allocate(3)
     before, stacked = [], []
     for xb, yb in batches:
         before.append(copy.deepcopy(stack.model))
@@ -480,8 +479,7 @@ def test_the_update_in_the_backward_pass_is_sgd_with_momentum(dtype, rtol):
     cfg = _cfg(width=12, depth=4, lr=0.05, momentum=0.9)
     labels = ["ReLU", "SELU-GPN", "Tanh-BN", "GELU-GPN-BN"]
     stack = lu_real.StackedTraining(labels, 5, cfg, dtype=dtype)
-    stack._ratio = torch.zeros(3, len(labels), dtype=torch.float64)
-    stack._max_grad = torch.zeros_like(stack._ratio)
+    stack.allocate(3)
     ref = copy.deepcopy(stack.model)
     ref.sgd = None  # autograd gives the square layers' gradients
     opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
@@ -504,8 +502,7 @@ def test_the_inverse_row_norms_kept_from_the_update_are_computed_anew_when_a_wei
     was changed since: then it computes them from ``V``, and the stack gives what a fresh copy gives."""
     cfg = _cfg(width=12, depth=3)
     stack = lu_real.StackedTraining(["ReLU", "SELU-GPN"], 5, cfg, dtype=torch.float64)
-    stack._ratio = torch.zeros(2, 2, dtype=torch.float64)
-    stack._max_grad = torch.zeros_like(stack._ratio)
+    stack.allocate(2)
     xb, yb = _batches()[0]
     stack._train_step(xb, yb)
     assert all(v == V._version for v, V in zip(stack._square.versions, stack.model.V))
@@ -559,8 +556,7 @@ def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step()
         for fused, compile in ((False, False), (True, False), (True, True)):
             training = lu_real.StackedTraining(labels, 5, cfg, compile=compile)
             training.fused = fused
-            training._ratio = torch.zeros(3, len(labels), dtype=torch.float64)
-            training._max_grad = torch.zeros_like(training._ratio)
+            training.allocate(3)
             runs.append(torch.stack([training._train_step(xb, yb)[0] for xb, yb in batches]))
             buffers.append([b.clone() for b in training.model.buffers()])
             assert training.mode == "eager" + (", compiled activations" if compile else "")
@@ -580,3 +576,29 @@ def test_the_stacked_benchmark_times_one_network_and_each_stack_in_one_run():
     assert all(r["ms_per_network_step"] > 0 for r in rows) and rows[0]["speedup"] == 1.0
     assert rows[2]["gflops"] == pytest.approx(6 * 8 * 16 ** 2 * 3 / rows[2]["ms_per_network_step"] / 1e6)
     assert "depth 3, width 16, batch 8" in lines[0] and not any("projected" in line for line in lines)
+
+
+def test_the_gram_gradient_norm_says_how_much_of_the_product_it_kept():
+    """``||dE/dV||^2 = ||A^T X||^2 - sum_i (c_i/s_i)^2`` equals the norm of the gradient formed whole,
+    and its tangential share is the part of ``||A^T X||^2`` kept: about 1 for a random product, about
+    1e-8 for one whose rows lie along the weights' up to 1e-4 (where the difference loses that much
+    precision); the stacked trainer journals each network's smallest share of the epoch."""
+    from gmp.models.stacked import _radial
+
+    g = torch.Generator().manual_seed(3)
+    V = torch.randn(2, 6, 6, generator=g, dtype=torch.float64)
+    s = V.norm(dim=-1).reciprocal().unsqueeze(-2)
+    W = V * s.transpose(-1, -2)
+    radial = W * torch.randn(2, 6, 1, generator=g, dtype=torch.float64)
+    for P, small in ((torch.randn(2, 6, 6, generator=g, dtype=torch.float64), False),
+                     (radial + 1e-4 * torch.randn(2, 6, 6, generator=g, dtype=torch.float64), True)):
+        A, X = P.transpose(-1, -2), torch.eye(6, dtype=torch.float64).expand(2, 6, 6)  # A^T X = P
+        ds = (P * V).sum(-1).unsqueeze(-2) / s
+        c, norm_sq, share = _radial(ds, s, A @ A.transpose(-1, -2), X @ X.transpose(-1, -2))
+        whole = P + c.transpose(-1, -2) * V
+        torch.testing.assert_close(norm_sq, whole.pow(2).sum((-1, -2)), rtol=1e-6, atol=0)
+        torch.testing.assert_close(share, norm_sq / P.pow(2).sum((-1, -2)), rtol=1e-12, atol=0)
+        assert (share < 1e-6).all() if small else (share > 0.3).all()
+    cfg, (train, test) = _cfg(), _data()
+    metrics = lu_real.StackedTraining(["ReLU-GPN", "SELU-BN"], 5, cfg).run_epoch(train, test, final=False)
+    assert all(0 < m["tangential_share_min"] <= 1 for m in metrics)

@@ -399,7 +399,7 @@ class StackedTraining:
         self._loss_sum = torch.zeros(size, dtype=torch.float64, device=n)
         self._correct = torch.zeros(size, dtype=torch.int64, device=n)
         self.diverged_at = torch.full((size,), -1, dtype=torch.int64, device=n)
-        self._ratio = self._max_grad = None
+        self._ratio = self._max_grad = self._share = None
         self.graph = self.device.type == "cuda" if graph is None else bool(graph)
         if self.graph and self.device.type != "cuda":
             raise ValueError("graph=True needs a CUDA device")
@@ -427,6 +427,14 @@ class StackedTraining:
             torch._foreach_add_(buffers, grads)
             torch._foreach_add_(params, buffers, alpha=-lr)
 
+    def allocate(self, steps: int) -> None:
+        """Device buffers for ``steps`` steps' bookkeeping: each network's gradient norm ratio, largest
+        gradient norm and smallest tangential share (:func:`gmp.models.stacked._radial`: near the
+        dtype's epsilon, the step's gradient norms are rounding), read once per epoch."""
+        self._ratio = torch.zeros(steps, len(self.labels), dtype=torch.float64, device=self.device)
+        self._max_grad = torch.zeros_like(self._ratio)
+        self._share = torch.ones_like(self._ratio)
+
     def _train_step(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of every network on the mini-batch ``(xb, yb)``, with its bookkeeping on the
         device; returns each network's loss ``(N,)`` and gradient norms ``(depth, N)`` before the update."""
@@ -442,6 +450,7 @@ class StackedTraining:
         norms = self._square.norms_sq.clamp(min=0).sqrt()
         self._ratio.index_copy_(0, self._slot_t, (norms.amax(0).double() / norms.amin(0).double()).unsqueeze(0))
         self._max_grad.index_copy_(0, self._slot_t, norms.amax(0).unsqueeze(0).to(self._ratio.dtype))
+        self._share.index_copy_(0, self._slot_t, self._square.tangential_share.amin(0).unsqueeze(0).to(self._ratio.dtype))
         self._sgd(list(grads))
         with torch.no_grad():
             self._loss_sum.add_(torch.where(ok, loss.detach().double() * yb.shape[0], 0.0))
@@ -452,7 +461,8 @@ class StackedTraining:
 
     def _state(self) -> list[torch.Tensor]:
         return self.params + self.momentum_buffers + list(self.model.buffers()) + self._square.inverse_norms + [
-            self._square.norms_sq, self._step_t, self._slot_t, self._loss_sum, self._correct, self.diverged_at, self._ratio, self._max_grad]
+            self._square.norms_sq, self._square.tangential_share, self._step_t, self._slot_t, self._loss_sum, self._correct,
+            self.diverged_at, self._ratio, self._max_grad, self._share]
 
     def _capture(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
         """Capture :meth:`_train_step` on static copies of ``(xb, yb)`` in a CUDA graph. The warm-up
@@ -490,8 +500,7 @@ class StackedTraining:
         of ``steps`` after ``warmup`` steps (which capture the graph and compile). It trains the
         networks on that batch, so it is for a stack made to be measured, then thrown away."""
         size = int(self.cfg["batch_size"])
-        self._ratio = torch.zeros(warmup + steps + 2, len(self.labels), dtype=torch.float64, device=self.device)
-        self._max_grad = torch.zeros_like(self._ratio)
+        self.allocate(warmup + steps + 2)
         for i in range(warmup + steps):
             if i == warmup:
                 if self.device.type == "cuda":
@@ -528,10 +537,10 @@ class StackedTraining:
         if self._ratio is None or self._ratio.shape[0] != steps:
             if self._graph is not None:
                 raise RuntimeError("the number of steps per epoch changed after the CUDA graph was captured")
-            self._ratio = torch.zeros(steps, count, dtype=torch.float64, device=self.device)
-            self._max_grad = torch.zeros(steps, count, dtype=torch.float64, device=self.device)
+            self.allocate(steps)
         for tensor in (self._loss_sum, self._correct, self._slot_t, self._ratio, self._max_grad):
             tensor.zero_()
+        self._share.fill_(1.0)
         self._step_t.fill_(self.step)
         self.model.train()
         for k in bar(range(steps), desc=f"{count} networks, epoch {self.epoch + 1}", leave=False):
@@ -547,7 +556,7 @@ class StackedTraining:
         self.step += steps
         self.epoch += 1
         diverged_at, earlier = self.diverged_at.cpu().tolist(), before.cpu().tolist()
-        ratio, max_grad = self._ratio.cpu().numpy(), self._max_grad.cpu().numpy()
+        ratio, max_grad, share = self._ratio.cpu().numpy(), self._max_grad.cpu().numpy(), self._share.cpu().numpy()
         loss_sum, correct = self._loss_sum.cpu().tolist(), self._correct.cpu().tolist()
         test_acc = test_acc.cpu().tolist()
         train_acc = train_acc.cpu().tolist() if train_acc is not None else None
@@ -567,7 +576,8 @@ class StackedTraining:
                        "max_grad": [_finite(float(max_grad[k, i])) for k in kept],
                        **where, "diverged": diverged_at[i] >= 0,
                        "steps": first_step + done, "ratio_max": max(defined) if defined else None,
-                       "ratio_undefined_steps": len(values) - len(defined), "stacked": count, "mode": self.mode}
+                       "ratio_undefined_steps": len(values) - len(defined), "stacked": count, "mode": self.mode,
+                       "tangential_share_min": _finite(float(share[:done, i].min())) if done else None}
             if metrics["diverged"]:
                 metrics.update(diverged_step=diverged_at[i], train_loss=None, train_acc_running=None, test_acc=None,
                                drift=None)

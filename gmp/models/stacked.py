@@ -108,14 +108,20 @@ def _inverse_row_norms(V: torch.Tensor) -> torch.Tensor:
 
 
 def _radial(ds: torch.Tensor, s: torch.Tensor, gram_a: torch.Tensor, gram_x: torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(c, ||dE/dV||_F^2)`` per network from ``ds = dE/ds``: ``c_i = -s_i^3 dE/ds_i`` (the chain rule
-    through ``ds_i/dv_i = -s_i^3 v_i``) and, with ``P = A^T X`` (``A = dE/du``, ``X`` the layer's
-    input), ``dE/dV = P + diag(c) V``, whose rows are those of ``P`` less their component along
-    ``w_i = s_i v_i``: ``||dE/dV||^2 = ||P||^2 - sum_i (c_i / s_i)^2`` with ``||P||^2 =
-    <A A^T, X X^T>``, read from two batch-by-batch Gram matrices instead of an ``n x n`` gradient."""
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(c, ||dE/dV||_F^2, share)`` per network from ``ds = dE/ds``: ``c_i = -s_i^3 dE/ds_i`` (the
+    chain rule through ``ds_i/dv_i = -s_i^3 v_i``) and, with ``P = A^T X`` (``A = dE/du``, ``X`` the
+    layer's input), ``dE/dV = P + diag(c) V``, whose rows are those of ``P`` less their component
+    along ``w_i = s_i v_i``: ``||dE/dV||^2 = ||P||^2 - sum_i (c_i / s_i)^2`` with ``||P||^2 =
+    <A A^T, X X^T>``, read from two batch-by-batch Gram matrices instead of an ``n x n`` gradient.
+
+    ``share = ||dE/dV||^2 / ||P||^2`` (1 where ``P = 0``): the difference loses about
+    ``eps / share`` of its relative precision (``eps`` the dtype's), so a share near ``eps`` means
+    the norm of that step is rounding, not a gradient norm."""
     c = -ds * s.pow(3)
-    return c, (gram_a * gram_x).sum((-1, -2)) - (c / s).pow(2).sum((-1, -2))
+    full = (gram_a * gram_x).sum((-1, -2))
+    norm_sq = full - (c / s).pow(2).sum((-1, -2))
+    return c, norm_sq, torch.where(full > 0, norm_sq / full, torch.ones_like(full))
 
 
 def _momentum_step(V: torch.Tensor, buf: torch.Tensor, c: torch.Tensor, lr: float, s: torch.Tensor) -> None:
@@ -141,6 +147,9 @@ class SGDInBackward:
         self.buffers, self.lr, self.momentum = list(buffers), float(lr), float(momentum)
         first = self.buffers[0]
         self.norms_sq = torch.zeros(len(self.buffers), first.shape[0], dtype=first.dtype, device=first.device)
+        self.tangential_share = torch.ones_like(self.norms_sq)
+        """How much of ``||A^T X||^2`` each ``||dE/dV^(l)||^2`` of the last step kept (:func:`_radial`):
+        near the dtype's epsilon, that norm is rounding."""
         self.inverse_norms = [torch.zeros(first.shape[0], 1, first.shape[1], dtype=first.dtype, device=first.device)
                               for _ in self.buffers]
         """``1 / ||v_i||`` of every layer's ``V`` as the last update left it, read by the next
@@ -188,8 +197,9 @@ class _RowNormalizedProduct(torch.autograd.Function):
                 c = -ds * s.pow(3)
                 dV = (du.transpose(-1, -2) @ x).addcmul_(V, c.transpose(-1, -2))
             return dx, dV, None, None, None
-        c, norm_sq = fns["radial"](ds, s, du @ du.transpose(-1, -2), x @ x.transpose(-1, -2))
+        c, norm_sq, share = fns["radial"](ds, s, du @ du.transpose(-1, -2), x @ x.transpose(-1, -2))
         sgd.norms_sq[ctx.layer].copy_(norm_sq)
+        sgd.tangential_share[ctx.layer].copy_(share)
         buf = sgd.buffers[ctx.layer]
         buf.baddbmm_(du.transpose(-1, -2), x, beta=sgd.momentum)
         fns["momentum_step"](V, buf, c, sgd.lr, sgd.inverse_norms[ctx.layer])
