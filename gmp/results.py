@@ -197,8 +197,8 @@ class Cached:
     code_same: tuple[SameFunction, ...] = ()
     """The chapter's modules rewritten since the cached run without changing what they compute (:data:`SAME_FUNCTION`)."""
     restamp: dict[str, Any] | None = None
-    """The latest re-stamp of the cache (``python -m gmp.runs CHAPTER --restamp``): its evidence, whose code
-    :attr:`code_changed` is then compared with instead of the run's (None when never re-stamped)."""
+    """The evidence of the latest re-stamp of the cache (``python -m gmp.runs CHAPTER --restamp``), None when
+    never re-stamped. Its code, not the run's, is what :attr:`code_changed` is then told against."""
 
     @property
     def journalled(self) -> int:
@@ -983,7 +983,7 @@ class SameFunction(NamedTuple):
 
 
 SAME_FUNCTION_FILE = Path(__file__).resolve().parent / "same_function.json"
-"""Where the records of :data:`SAME_FUNCTION` live: a JSON list of objects with the fields of :class:`SameFunction`.
+"""The file of the records of :data:`SAME_FUNCTION`, a JSON list of objects with the fields of :class:`SameFunction`.
 Not a ``.py`` file, so that a record can vouch for any module, ``results.py`` too, without its own edit changing
 the code fingerprint it vouches for."""
 
