@@ -570,7 +570,7 @@ def verify(chapter: str, scale: str = "paper", unit: str | None = None, seed: in
         threads = recorded[key].get("threads")
         started = time.perf_counter()
         fresh = _recompute(todo[key], threads)
-    code = _results.resumed_code([recorded[key]], chapter)
+    code = _results.resumed_code(_results.with_code([recorded[key]], entries), chapter)  # its code's modules
     then = ("by code that differs from today's in " + ", ".join(code["changed_modules"]) if code["other_code_units"]
             else "with no code fingerprint recorded" if code["code_not_recorded_units"] else "by today's code")
     threads_text = (f"with {threads} threads as it was computed" if threads is not None else

@@ -692,3 +692,13 @@ def test_a_chapter_without_units_or_with_a_stale_cache_is_not_re_stamped(book, c
     with pytest.raises(SystemExit):
         runs.main(["fake_chapter", "--scale", "smoke", "--restamp"])
     assert "cache of fake_chapter is stale" in capsys.readouterr().err
+
+
+def test_verify_names_the_code_of_a_unit_whose_fingerprint_another_entry_carries(book, capsys):
+    """A cache names each code's modules once, on its first unit: a later unit of the same code was said to
+    have no code fingerprint recorded."""
+    _with_units({"a": [1.0], "b": [2.0]})
+    _cache_with_units(book, {"a": [1.0], "b": [2.0]})
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--verify", "--unit", "b-7"]) == 0
+    out = capsys.readouterr().out
+    assert "(computed by code that differs from today's in results.py)" in out and "no code fingerprint" not in out
