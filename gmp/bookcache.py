@@ -29,9 +29,10 @@ def _hash_files(digest: "hashlib._Hash", files: list[Path], root: Path) -> None:
 
 
 def package_digest(root: Path) -> str:
-    """Hash of the package sources, on which every page depends."""
+    """Hash of the package sources and of the records of modules rewritten with the same function
+    (``gmp/same_function.json``, which every cached page's note reads), on which every page depends."""
     digest = hashlib.sha256()
-    _hash_files(digest, list((root / "gmp").rglob("*.py")), root)
+    _hash_files(digest, list((root / "gmp").rglob("*.py")) + list((root / "gmp").glob("same_function.json")), root)
     return digest.hexdigest()
 
 

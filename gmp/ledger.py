@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gmp import results as _results
+from gmp import rulehistory
 from gmp.results import CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPERS, SOURCES, STALE, Claim, rule_digest
 
 MALFORMED = (KeyError, IndexError, TypeError, AttributeError)
@@ -40,6 +41,9 @@ REVISED = "rule revised after the run"
 after it), or the claim's rule was replaced after the run (:attr:`gmp.results.Claim.earlier`)."""
 UNKNOWN = "rule before the run: unknown"
 """The run recorded no rule hashes (it predates them) and no replaced rule is known."""
+REFACTORED = "rule refactored since the run (same verdict)"
+"""The rule's hash recorded with the run differs from today's, but the rule as it was at the run's commit,
+read from git (:func:`gmp.rulehistory.judge_at`), gives the same verdict on the run's results."""
 
 GROUPS: dict[str, tuple[str, str]] = {
     "paper": ("The papers' claims",
@@ -74,14 +78,17 @@ class Judgement:
     why_provisional: str = ""
     """Why the verdict is provisional."""
     rule_status: str = ""
-    """One of :data:`FIXED`, :data:`REVISED` and :data:`UNKNOWN`, or empty where no run was judged."""
+    """One of :data:`FIXED`, :data:`REFACTORED`, :data:`REVISED` and :data:`UNKNOWN`, or empty where no run was
+    judged."""
     rule_note: str = ""
     """The sentence on :attr:`rule_status`."""
     earlier: tuple[str, str] | None = None
-    """``(measured, verdict)`` of the earlier rule (:attr:`gmp.results.Claim.earlier`) on the run judged, where it
-    was replaced."""
+    """``(measured, verdict)`` of the earlier rule on the run judged, where it was replaced: the one kept in code
+    (:attr:`gmp.results.Claim.earlier`), or the rule at the run's commit, read from git, where its hash changed and
+    its verdict with it."""
     earlier_label: str = ""
-    """The name of :attr:`earlier`, "rule in force at the run" or "earlier rule applied to this later run"."""
+    """The name of :attr:`earlier`: "rule in force at the run", "earlier rule applied to this later run" or
+    "rule at the run's commit"."""
     earlier_gave: str = ""
     """The verdict an earlier rule applied to a later run gave at its own run (cited), or that it is not recorded."""
     design: tuple[str, str] | None = None
@@ -208,12 +215,18 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         return Judgement(claim, "—", STALE if entry.status == "stale" else CORRUPT)
     status, note, earlier = _rule_status(claim, entry.provenance or {})
     measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
+    recorded = ((entry.provenance or {}).get("code") or {}).get("rules") or {}
+    if status == REVISED and recorded.get(claim.key, rule_digest(claim)) != rule_digest(claim) \
+            and verdict in KIND_VERDICTS[claim.kind]:
+        status, note, old = _judged_at_run(chapter, claim, entry.provenance, entry.payload, recorded[claim.key], verdict)
     why, caveat = "", ""
     if verdict in KIND_VERDICTS[claim.kind]:  # a payload the rule could read
         why = claim.provisional(entry.payload) if callable(claim.provisional) else claim.provisional
         caveat = claim.caveat(entry.payload) if claim.caveat is not None else ""
     label, gave = "", ""
-    if old is not None:
+    if old is not None and claim.earlier is None:  # the rule at the run's commit, read from git
+        label = "rule at the run's commit"
+    elif old is not None:
         date = str((entry.provenance or {}).get("date", "?"))
         after = date >= claim.earlier.replaced
         label = "earlier rule applied to this later run" if after else "rule in force at the run"
@@ -221,6 +234,30 @@ def judge(chapter: str, claim: Claim) -> Judgement:
     return Judgement(claim, measured, verdict, provisional=bool(why), why_provisional=why,
                      rule_status=status, rule_note=note, earlier=old, earlier_label=label,
                      earlier_gave=gave, design=_design(claim), caveat=caveat)
+
+
+def _judged_at_run(chapter: str, claim: Claim, provenance: Mapping[str, Any], payload: Mapping[str, Any],
+                   recorded: str, verdict: str) -> tuple[str, str, tuple[str, str] | None]:
+    """``(status, sentence, earlier)`` of a claim whose rule's hash differs from the one ``recorded`` with the
+    run: :data:`REFACTORED` where the rule as it was at the run's commit gives today's ``verdict`` on
+    ``payload``, else :data:`REVISED` with that rule's ``(measured, verdict)``, or without it where it cannot
+    be told (and why)."""
+    commit = str(provenance.get("commit", ""))
+    root = _results.repository_root()
+    try:
+        if root is None:
+            raise rulehistory.Unavailable("no repository is beside this copy of gmp")
+        then = rulehistory.judge_at(root, commit, chapter, claim.key, payload, recorded)
+    except rulehistory.Unavailable as err:
+        return REVISED, (f"RULE REVISED after the run: the hash of the rule recorded with the run differs from "
+                         f"today's rule's, and what the rule at the run decides cannot be told ({err}); the verdict "
+                         f"is today's rule's."), None
+    if then[1] == verdict:
+        return REFACTORED, (f"Rule refactored since the run (same verdict): its hash differs from the one recorded "
+                            f"with the run, and the rule as it was at the run's commit {commit[:10]} (read from git, "
+                            f"hashing as recorded) gives the same verdict on the run's results."), None
+    return REVISED, (f"RULE REVISED after the run: the rule as it was at the run's commit {commit[:10]} (read from "
+                     f"git, hashing as recorded) gives {then[1]}; the verdict is today's rule's."), then
 
 
 def judged(chapter: str) -> list[Judgement]:
@@ -402,10 +439,11 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
         link = _chapter_link(chapter, link_prefix)
         for j in judged(chapter):
             claim = j.claim
+            then = (f"(replaced since, kept in code): {html.escape(claim.earlier.rule)}" if claim.earlier is not None
+                    else "(as at the run's commit, read from git)")
             earlier = "" if j.earlier is None else (
-                f'<p><strong>{html.escape(j.earlier_label[0].upper() + j.earlier_label[1:])}</strong> (replaced since, '
-                f'kept in code): {html.escape(claim.earlier.rule)}<br>On this run it gives '
-                f'{_verdict_html(j.earlier[1])}: {html.escape(j.earlier[0])}'
+                f'<p><strong>{html.escape(j.earlier_label[0].upper() + j.earlier_label[1:])}</strong> {then}<br>'
+                f'On this run it gives {_verdict_html(j.earlier[1])}: {html.escape(j.earlier[0])}'
                 + (f'<br>{html.escape(j.earlier_gave[0].upper() + j.earlier_gave[1:])}.' if j.earlier_gave else "")
                 + '</p>')
             if claim.earlier_design is not None:

@@ -19,7 +19,9 @@ reads. A cached result whose config digest differs from the chapter's current co
 reported as stale, and one whose files fail their hashes or cannot be read as corrupt,
 never as current. One computed by gmp code that has changed since stays current, and says
 in which modules the code changed (:func:`code_fingerprint`), or that a module was rewritten
-without changing what it computes, and why that is known (:data:`SAME_FUNCTION`).
+without changing what it computes, and why that is known (:data:`SAME_FUNCTION`), or that the
+code was refactored and today's code re-verified on a stated sample of the cache's units
+(``python -m gmp.runs CHAPTER --scale S --restamp``, recorded in provenance.json).
 """
 
 from __future__ import annotations
@@ -194,6 +196,9 @@ class Cached:
     """How many of the journalled :attr:`units` today's code did not compute, as :func:`resumed_code` gives it."""
     code_same: tuple[SameFunction, ...] = ()
     """The chapter's modules rewritten since the cached run without changing what they compute (:data:`SAME_FUNCTION`)."""
+    restamp: dict[str, Any] | None = None
+    """The evidence of the latest re-stamp of the cache (``python -m gmp.runs CHAPTER --restamp``), None when
+    never re-stamped. Its code, not the run's, is what :attr:`code_changed` is then told against."""
 
     @property
     def journalled(self) -> int:
@@ -251,6 +256,12 @@ class Cached:
                        f"ran is uncertain; rerun {command} to be sure.")
         code = p.get("code") if isinstance(p.get("code"), dict) else {}
         scope = "gmp modules this chapter uses" if uses is not None else "gmp modules"
+        if self.restamp is not None:
+            then, ran = self.restamp["code"], code.get("modules", {})
+            moved = sorted(m for m in set(then["modules"]) | set(ran) if (uses is None or m in uses)
+                           and then["modules"].get(m) != ran.get(m)) if then.get("hash") == code.get("hash") else []
+            checks += (f" The code was refactored since this run" + (f" (in {', '.join(moved)})" if moved else "")
+                       + f" and re-verified: {restamp_text(self.restamp)}")
         if self.code_changed is None and "modules" in code:
             checks += (f" Code fingerprint hashed as {code.get('hash')!r}, which this gmp cannot compare, so whether "
                        f"gmp has changed since is unknown.")
@@ -258,9 +269,13 @@ class Cached:
             checks += " Code fingerprint not recorded, so whether gmp has changed since is unknown."
         elif self.code_changed:
             checks += (f" CODE CHANGED since: of the {scope}, {', '.join(self.code_changed)} differ from those of "
-                       f"that run; the numbers are that run's (rerun {command} to recompute them).")
+                       f"{'that run' if self.restamp is None else 'its re-verification'}; the numbers are that run's "
+                       f"(rerun {command} to recompute them"
+                       + (f", or re-stamp it: `python -m gmp.runs {self.chapter} --scale {self.scale} --restamp`)."
+                          if self.restamp is not None or p.get("payload_sha256", {}).get("units.jsonl.gz") else ")."))
         else:
-            checks += f" The code of the {scope} has not changed since this run finished."
+            checks += (f" The code of the {scope} has not changed since "
+                       f"{'this run finished' if self.restamp is None else 'it was re-verified'}.")
         for same in self.code_same:
             checks += (f" gmp/{same.module} has been rewritten since in how it computes, not what it computes: "
                        f"{same.why}.")
@@ -279,10 +294,41 @@ class Cached:
                  "absent": "Unfinished paper-scale run" if self.journalled else "Not yet run at paper scale"}[self.status]
         if self.status == "current" and self.code_changed:
             title += " (code changed since)"
+        elif self.status == "current" and self.restamp is not None and self.code_changed is not None:
+            title += " (code refactored since, re-verified)"
         if self.scale != "paper":
             title = title.replace("paper-scale", f"{self.scale}-scale").replace("paper scale", f"{self.scale} scale")
         return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{html.escape(title)}</p>'
                     f"<p>{_inline_code(html.escape(self.describe()))}</p></div>")
+
+
+def restamp_text(evidence: Mapping[str, Any]) -> str:
+    """One sentence on a re-stamp's ``evidence`` (as ``gmp.runs.restamp`` records it): when, how many units of
+    how many, which, within what tolerance, and the largest difference."""
+    keys = list(evidence.get("keys", []))
+    which = ", ".join(keys) if len(keys) <= 6 else f"{', '.join(keys[:6])} and {len(keys) - 6} more"
+    sample = evidence.get("sample")
+    drawn = (f", a sample drawn with seed {sample['seed']} to cover every arm" if isinstance(sample, dict)
+             else ", all of them")
+    tolerances = {(t[0], t[1]) for t in evidence.get("tolerance", {}).values()}
+    within = ("bitwise" if tolerances == {(0.0, 0.0)} else
+              f"within rtol={next(iter(tolerances))[0]:g}, atol={next(iter(tolerances))[1]:g}" if len(tolerances) == 1
+              else "each within its own tolerance")
+    largest = evidence.get("largest_difference")
+    differs = ("no number differed" if not largest else
+               f"the largest difference was {largest['absolute']:.3g}"
+               + (f" (relative {largest['relative']:.3g})" if largest.get("relative") is not None else "")
+               + f" in unit {largest['unit']} at {largest['path']}")
+    return (f"on {evidence.get('date', '?')}, {evidence.get('units')} of its {evidence.get('of')} units{drawn} "
+            f"({which}) were recomputed with the code of commit {str(evidence.get('commit', '?'))[:10]} on "
+            f"{evidence.get('device', '?')} and equal the cached ones {within}; {differs}.")
+
+
+def _restamp(provenance: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The latest re-stamp recorded in ``provenance`` whose code fingerprint can be read, None if none."""
+    found = [r for r in provenance.get("restamps", []) if isinstance(r, dict) and isinstance(r.get("code"), dict)
+             and isinstance(r["code"].get("modules"), dict)] if isinstance(provenance.get("restamps"), list) else []
+    return found[-1] if found else None
 
 
 def _units_code_text(summary: Mapping[str, Any], within: Collection[str] | None = None, than: str = "today",
@@ -512,7 +558,9 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
 
     Its files are checked against the sha256 hashes that ``gmp.runs`` records in
     ``provenance.json`` (caches written before that have none); a cache that fails a check
-    or cannot be read is returned with status "corrupt", never as current.
+    or cannot be read is returned with status "corrupt", never as current. Whether the code has changed
+    since is told against the code of the cache's latest re-stamp (``python -m gmp.runs CHAPTER --restamp``,
+    which found today's code computing the same units) where it has one, else against the run's.
     """
     _check_name(name)
     root = results_root()
@@ -528,14 +576,15 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     provenance, payload, arrays = found
     current = _config.load(chapter, scale).digest
     status = "current" if provenance.get("config_digest") == current else "stale"
-    code = provenance.get("code")
+    restamp = _restamp(provenance)
+    code = restamp["code"] if restamp is not None else provenance.get("code")  # the code that last computed it
     modules = code.get("modules") if isinstance(code, dict) else None
     scheme = code.get("hash", "source") if isinstance(code, dict) else None
     comparable = isinstance(modules, dict) and scheme in (CODE_HASH, "source")
     code_changed = tuple(changed_modules(modules, scheme, chapter_modules(chapter))) if comparable else None
     code_same = tuple(same_function(modules, scheme, chapter_modules(chapter))) if comparable else ()
     return Cached(chapter, name, scale, status, payload, arrays, provenance, code_changed=code_changed,
-                  code_same=code_same)
+                  code_same=code_same, restamp=restamp)
 
 
 class CorruptCache(Exception):
@@ -933,41 +982,35 @@ class SameFunction(NamedTuple):
     """What changed and what shows that the function did not (the tests that compare them)."""
 
 
-SAME_FUNCTION: tuple[SameFunction, ...] = (
-    SameFunction("hyperspherical.py", "794e227df15aed32",
-                 {"hyperspherical.py": "c7820106dc0fc1d5", "_native.py": "df850d1e2de7fc5f"},
-                 "on the CPU, its map from angles to directions now runs as one compiled pass per direction "
-                 "(gmp/_native.py, issue #30) instead of several torch passes; in float64, as these runs used, "
-                 "the two maps' outputs and gradients equal each other, and autograd through cumprod, to "
-                 "float64 rounding in every orthant and at degenerate angles (tests in tests/test_hyperspherical.py). "
-                 "A rerun computes the same function; its numbers would differ from these only as far as rounding "
-                 "differences, accumulated over training, move them (as between two machines)"),
-    SameFunction("_native.py", "acd51115d8b03413", {"_native.py": "df850d1e2de7fc5f"},
-                 "issue #38 added checks around the compiled map, not changes to it: its C source and flag sets "
-                 "are unchanged, so the same library is built; a library is now used only after its numbers "
-                 "match the torch map's (a self-check that a sound build, as these runs used, passes), is written "
-                 "and loaded more carefully, and records which map ran (tests in tests/test_hyperspherical.py)"),
-    SameFunction("minibatch.py", "30f0830c8e8e669f", {"minibatch.py": "3a5f440243df8f0b"},
-                 "issue #38 added refusals of arguments a fit could not use (mse_to_unit, the inputs' dtype) and of "
-                 "checkpoints whose epoch disagrees with what they hold; a fit they accept runs the same code on the "
-                 "same numbers (tests in tests/test_minibatch.py)"),
-    SameFunction("implicit.py", "e92ab3f86cbf20c6", {"implicit.py": "0e364c4ef0d02959"},
-                 "issue #38 added a refusal of checkpoints whose step disagrees with what they hold; a fit that "
-                 "resumes runs the same code on the same numbers (tests in tests/test_implicit.py)"),
-    SameFunction("runs.py", "3fb31d6d7da6b6c0", {"runs.py": "5e76fe91637be17c"},
-                 "issue #38: the runner removes the staging folders of runs killed outright and records which "
-                 "hyperspherical map ran in the provenance; what it runs (notebook, parameters, seed, threads) is "
-                 "unchanged (tests in tests/test_runs.py)"),
-    SameFunction("data/_fetch.py", "25b35928a01c645a", {"data/_fetch.py": "986bef0a379cf8ea"},
-                 "issue #38: a read-only GMP_DATA with a file missing now raises DataUnavailableError naming the "
-                 "file; a file it returns is the same file, checked against the same digest (tests in "
-                 "tests/test_fetch.py)"),
-)
-"""Modules rewritten (for speed, say) since cached runs without changing the function they compute.
-A cached run that recorded a module as ``before`` counts as run by today's code in it while that
-module and the modules it now relies on hash as ``after``; its note names the module and says why. Each record is a claim that
-tests back, and lapses when the module changes again (a test then asks to renew or drop it), so
-that no later change can shelter under it."""
+SAME_FUNCTION_FILE = Path(__file__).resolve().parent / "same_function.json"
+"""The file of the records of :data:`SAME_FUNCTION`, a JSON list of objects with the fields of :class:`SameFunction`.
+Not a ``.py`` file, so that a record can vouch for any module, ``results.py`` too, without its own edit changing
+the code fingerprint it vouches for."""
+
+
+def read_same_function(path: Path = SAME_FUNCTION_FILE) -> tuple[SameFunction, ...]:
+    """The records of ``path`` (see :data:`SAME_FUNCTION_FILE`); a ValueError naming the file and the record
+    where one is not a record."""
+    records = json.loads(path.read_text(encoding="utf-8"))
+    fields = set(SameFunction._fields)
+    for number, record in enumerate(records if isinstance(records, list) else [records]):
+        if not (isinstance(record, dict) and set(record) == fields and isinstance(record["after"], dict)
+                and all(isinstance(record[f], str) and record[f] for f in fields - {"after"})):
+            raise ValueError(f"{path}, record {number}: not a record of a module rewritten with the same function "
+                             f"(an object with the strings {', '.join(sorted(fields - {'after'}))} and an object 'after' "
+                             f"of module hashes)")
+    return tuple(SameFunction(**record) for record in records)
+
+
+SAME_FUNCTION: tuple[SameFunction, ...] = read_same_function()
+"""Modules rewritten (for speed, say) since cached runs without changing the function they compute
+(read from :data:`SAME_FUNCTION_FILE`). A cached run that recorded a module as ``before`` counts as run by
+today's code in it while that module and the modules it now relies on hash as ``after``; its note names
+the module and says why. Each record is a claim that tests back, and lapses when the module changes
+again (a test then asks to renew or drop it), so that no later change can shelter under it. It is the
+re-stamp (``python -m gmp.runs CHAPTER --restamp``) of one module for every cache, with tests as its
+evidence instead of recomputed units: for a cache that keeps its units, the re-stamp is the stronger
+evidence."""
 
 
 def _same(module: str, recorded: str, now: Mapping[str, str]) -> SameFunction | None:

@@ -2,6 +2,7 @@
 
     python -m gmp.runs CHAPTER --scale paper [--device cuda] [--seed 0] [--jobs 2]
     python -m gmp.runs CHAPTER --scale paper --verify [--unit KEY]
+    python -m gmp.runs CHAPTER --scale paper --restamp [--sample N [--sample-seed S]]
 
 The chapter's paired notebook ``book/<part>/CHAPTER.ipynb`` is executed with its
 ``parameters`` cell overridden. Everything the chapter saves with
@@ -14,7 +15,10 @@ With ``--jobs N`` (chapters whose experiment module has a ``units`` function: th
 image-fitting chapters and lu_real), N worker processes first journal the chapter's independent units,
 each with its share of the CPU threads, and the notebook then runs from the journal; the
 cache keeps those units (``units.jsonl.gz``). ``--verify`` recomputes one of them with
-today's code and compares it with the journalled or cached value (``verify``).
+today's code and compares it with the journalled or cached value (``verify``); ``--restamp``
+recomputes all of them (or a sample that covers every arm) and, when each equals its cached value,
+records today's code as having re-verified the cache (``restamp``), so that a refactor need not cost
+a rerun.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import json
 import math
 import os
 import platform
+import random
+import re
 import shutil
 import signal
 import subprocess
@@ -437,14 +443,22 @@ def _recorded_units(chapter: str, scale: str) -> tuple[list[dict], _config.Confi
     entries = _results.journal_entries(journal) if journal else []
     if entries:
         return entries, cfg, None, f"journalled in {journal}"
+    folder, provenance, entries = _cached_run(chapter, scale, "verify")
+    cfg = _config.Config(chapter, scale, provenance["config"])
+    return entries, cfg, provenance.get("seed"), f"cached by the run of {provenance.get('date', '?')} in {folder}"
+
+
+def _cached_run(chapter: str, scale: str, what: str) -> tuple[Path, dict, list[dict]]:
+    """The folder, provenance and kept units of the ``scale`` cache of ``chapter``, checked against the
+    hashes the run recorded; a ValueError saying what is wrong (``what``: nothing to verify or re-stamp)."""
     root = _results.results_root()
     folder = root / chapter / scale if root else Path(chapter, scale)
     damaged = f"the {scale}-scale cache of {chapter} is damaged; restore {folder} from git or rerun the chapter"
     try:
         provenance = json.loads((folder / "provenance.json").read_bytes())
     except FileNotFoundError:
-        raise ValueError(f"{chapter} has no {scale}-scale cache and no unfinished run with its current config: "
-                         f"nothing to verify") from None
+        raise ValueError(f"{chapter} has no {scale}-scale cache" + (" and no unfinished run with its current config"
+                         if what == "verify" else "") + f": nothing to {what}") from None
     except (OSError, ValueError) as err:
         raise ValueError(f"{folder / 'provenance.json'} cannot be read ({err}); {damaged}") from None
     if not isinstance(provenance, dict):
@@ -465,14 +479,12 @@ def _recorded_units(chapter: str, scale: str) -> tuple[list[dict], _config.Confi
                          f"deleted since; restore it from git (git checkout -- {units}) or rerun the chapter")
     if not units.is_file():
         raise ValueError(f"the {scale}-scale cache of {chapter} keeps no units ({UNITS_FILE}: it was written "
-                         f"before gmp.runs kept them); rerun the chapter to verify it")
+                         f"before gmp.runs kept them); rerun the chapter to {what} it")
     data = units.read_bytes()
     recorded = hashes.get(UNITS_FILE)
     if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
         raise ValueError(f"{units} differs from the file the run wrote (sha256 mismatch)")
-    entries = _cached_units(units, data, damaged)
-    cfg = _config.Config(chapter, scale, provenance["config"])
-    return entries, cfg, seed, f"cached by the run of {provenance.get('date', '?')} in {folder}"
+    return folder, provenance, _cached_units(units, data, damaged)
 
 
 def _cached_units(path: Path, data: bytes, damaged: str) -> list[dict]:
@@ -546,9 +558,7 @@ def verify(chapter: str, scale: str = "paper", unit: str | None = None, seed: in
     entries, cfg, recorded_seed, source = _recorded_units(chapter, scale)
     recorded = {entry["key"]: entry for entry in entries}
     seed = seed if seed is not None else recorded_seed if recorded_seed is not None else 0
-    saved = os.environ.pop(_results.STAGING_ENV, None)
-    before = torch.get_num_threads()
-    try:
+    with _outside_a_run() as before:
         todo = units(cfg, _results.Store(chapter, cfg), seed, _config.resolve_device(device))
         both = [key for key in todo if key in recorded]
         if unit is None and not both:
@@ -558,15 +568,9 @@ def verify(chapter: str, scale: str = "paper", unit: str | None = None, seed: in
                              f"{', '.join(both) or 'none'}")
         key = unit or both[0]
         threads = recorded[key].get("threads")
-        if threads is not None:
-            torch.set_num_threads(threads)  # like with like: sums split over threads round differently
         started = time.perf_counter()
-        fresh = json.loads(json.dumps(todo[key]()))
-    finally:
-        torch.set_num_threads(before)
-        if saved is not None:
-            os.environ[_results.STAGING_ENV] = saved
-    code = _results.resumed_code([recorded[key]], chapter)
+        fresh = _recompute(todo[key], threads)
+    code = _results.resumed_code(_results.with_code([recorded[key]], entries), chapter)  # its code's modules
     then = ("by code that differs from today's in " + ", ".join(code["changed_modules"]) if code["other_code_units"]
             else "with no code fingerprint recorded" if code["code_not_recorded_units"] else "by today's code")
     threads_text = (f"with {threads} threads as it was computed" if threads is not None else
@@ -576,6 +580,171 @@ def verify(chapter: str, scale: str = "paper", unit: str | None = None, seed: in
             f"{threads_text} in {time.perf_counter() - started:.1f} s; tolerance rtol={rtol:g}, atol={atol:g}, "
             f"timings left out")
     return what, compare(recorded[key]["value"], fresh, rtol, atol)
+
+
+@contextlib.contextmanager
+def _outside_a_run() -> Iterator[int]:
+    """Recompute units without journalling them: ``GMP_RESULTS_STAGING`` unset, and torch's thread count
+    (given to the block) set back afterwards."""
+    saved = os.environ.pop(_results.STAGING_ENV, None)
+    before = torch.get_num_threads()
+    try:
+        yield before
+    finally:
+        torch.set_num_threads(before)
+        if saved is not None:
+            os.environ[_results.STAGING_ENV] = saved
+
+
+def _recompute(compute, threads: int | None) -> Any:
+    """``compute()`` as its journal entry would hold it (through JSON), with ``threads`` threads where recorded:
+    like with like, since sums split over threads round differently."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return json.loads(json.dumps(compute()))
+
+
+def largest_difference(cached: Any, fresh: Any, path: str = "value") -> tuple[float, float | None, str] | None:
+    """The largest absolute difference between the numbers of the JSON values ``cached`` and ``fresh`` (of
+    the same shape, as :func:`compare` finds them), with its size relative to the cached number (None where that
+    is 0) and where it is; None where no
+    number differs. Timings are left out as in :func:`compare`; NaN against NaN is no difference."""
+    pairs: list[tuple[float, float, str]] = []
+    if isinstance(cached, dict) and isinstance(fresh, dict):
+        for key in sorted(set(cached) & set(fresh), key=str):
+            if key not in TIMING_KEYS and not str(key).endswith("_s"):
+                found = largest_difference(cached[key], fresh[key], f"{path}[{key!r}]")
+                pairs += [found] if found else []
+    elif isinstance(cached, list) and isinstance(fresh, list) and len(cached) == len(fresh):
+        for i, (a, b) in enumerate(zip(cached, fresh)):
+            found = largest_difference(a, b, f"{path}[{i}]")
+            pairs += [found] if found else []
+    elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (cached, fresh)) and cached != fresh \
+            and not (math.isnan(cached) and math.isnan(fresh)):
+        gap = abs(fresh - cached)
+        pairs.append((gap, gap / abs(cached) if cached else None, path))
+    return max(pairs, key=lambda pair: pair[0], default=None)
+
+
+UNIT_ARM = re.compile(r"(seed)?\d+")
+"""A part of a unit's key (between ``-`` and ``/``) that names a seed or an index, not an arm."""
+
+
+def unit_arm(chapter: str, key: str) -> str:
+    """The arm of the unit ``key`` of ``chapter``: its experiment module's ``unit_arm(key)`` where it has one, else
+    the key without its parts that are numbers or ``seed<n>`` (``reverse-3-0`` and ``reverse-5-0`` are one arm,
+    ``fig7-sin-0`` and ``fig7-triangle-0`` two)."""
+    own = getattr(_config.experiment(chapter), "unit_arm", None)
+    if own is not None:
+        return own(key)
+    return "-".join(part for part in re.split(r"[-/]", key) if not UNIT_ARM.fullmatch(part)) or key
+
+
+def unit_tolerance(chapter: str, key: str) -> tuple[float, float]:
+    """``(rtol, atol)`` within which a recomputation of the unit ``key`` of ``chapter`` must equal its cached value
+    (see :func:`compare`): its experiment module's ``unit_tolerance(key)`` where it has one (a unit that is not
+    deterministic, such as one trained on a GPU), else ``(0, 0)``: bitwise, since a unit computed again on the
+    CPU with the same code, config, seed and threads gives the same bits."""
+    own = getattr(_config.experiment(chapter), "unit_tolerance", None)
+    rtol, atol = own(key) if own is not None else (0.0, 0.0)
+    if not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in (rtol, atol)):
+        raise ValueError(f"{chapter}.unit_tolerance({key!r}) gives rtol={rtol!r}, atol={atol!r}; a tolerance is a "
+                         f"finite number >= 0")
+    return float(rtol), float(atol)
+
+
+def sample_units(chapter: str, keys: list[str], size: int | None, seed: int) -> list[str]:
+    """The units of ``keys`` that ``--restamp`` recomputes: all of them when ``size`` is None or not smaller,
+    else ``size`` of them drawn with ``random.Random(seed)``: first one of each arm (:func:`unit_arm`), then
+    the rest from the others; in the order of ``keys``."""
+    if size is None or size >= len(keys):
+        return list(keys)
+    arms: dict[str, list[str]] = {}
+    for key in keys:
+        arms.setdefault(unit_arm(chapter, key), []).append(key)
+    if size < len(arms):
+        raise ValueError(f"a sample of {size} units cannot cover the {len(arms)} arms of {chapter} "
+                         f"({', '.join(arms)}); give --sample {len(arms)} or more")
+    draw = random.Random(seed)
+    chosen = {draw.choice(members) for members in arms.values()}
+    chosen |= set(draw.sample([key for key in keys if key not in chosen], size - len(chosen)))
+    return [key for key in keys if key in chosen]
+
+
+RESTAMPS = "restamps"
+"""The key of ``provenance.json`` under which :func:`restamp` records each re-stamp of a cache, oldest first."""
+
+
+class RestampRefused(RuntimeError):
+    """A recomputed unit differs from the cached one by more than its tolerance; the cache is left as it was."""
+
+
+def restamp(chapter: str, scale: str = "paper", sample: int | None = None, sample_seed: int = 0,
+            device: str = "auto", root: Path | None = None) -> dict[str, Any]:
+    """Re-stamp the ``scale`` cache of ``chapter`` with today's code by recomputing its units.
+
+    A refactor (code that computes the same function another way) need not cost a rerun: the units the cache
+    kept (``units.jsonl.gz``) are recomputed with today's code, with the run's config, seed and each unit's
+    thread count, all of them or a seeded ``sample`` that covers every arm (:func:`sample_units`), and each
+    is compared with its cached value within its own tolerance (:func:`unit_tolerance`: bitwise unless the
+    chapter says otherwise). When every one is equal, the evidence is appended to the cache's provenance
+    under :data:`RESTAMPS` (provenance.json is not among the hashed payload files): today's code fingerprint,
+    the date, commit, device, how many units of how many, which, the sample's seed, each tolerance and the
+    largest difference; the page then compares today's code with that fingerprint, not the run's
+    (:func:`gmp.results.cached`). The first unit that differs raises :class:`RestampRefused` naming it and
+    where it differs, and nothing is written. Returns the evidence.
+    """
+    units = _units_of(chapter, "to recompute, so it cannot be re-stamped (rerun it instead)")
+    folder, provenance, entries = _cached_run(chapter, scale, "re-stamp")
+    if provenance.get("config_digest") != _config.load(chapter, scale).digest:
+        raise ValueError(f"the {scale}-scale cache of {chapter} is stale (its config differs from the chapter's "
+                         f"current one): a re-stamp says today's code computes what that run computed, which does "
+                         f"not make it current; rerun python -m gmp.runs {chapter} --scale {scale}")
+    cfg, seed = _config.Config(chapter, scale, provenance["config"]), provenance.get("seed") or 0
+    recorded = {entry["key"]: entry for entry in entries}
+    resolved = _config.resolve_device(device)
+    code = _results.code_fingerprint()
+    with _outside_a_run():
+        todo = units(cfg, _results.Store(chapter, cfg), seed, resolved)
+        unnamed = [key for key in recorded if key not in todo]
+        if unnamed:
+            raise ValueError(f"today's {chapter}.units does not name {len(unnamed)} of the cached units "
+                             f"({', '.join(unnamed[:5])}{', ...' if len(unnamed) > 5 else ''}), so they cannot be "
+                             f"recomputed; rerun the chapter")
+        keys = [key for key in todo if key in recorded]
+        chosen = sample_units(chapter, keys, sample, sample_seed)
+        tolerances, largest, started = {}, None, time.perf_counter()
+        for number, key in enumerate(chosen, start=1):
+            rtol, atol = tolerances[key] = unit_tolerance(chapter, key)
+            print(f"gmp.runs: re-stamp {chapter}: unit {number} of {len(chosen)}, {key!r}", file=sys.stderr)
+            fresh = _recompute(todo[key], recorded[key].get("threads"))
+            differences = compare(recorded[key]["value"], fresh, rtol, atol)
+            if differences:
+                raise RestampRefused(
+                    f"unit {key!r} of {chapter} recomputed with today's code differs from the cached one beyond its "
+                    f"tolerance (rtol={rtol:g}, atol={atol:g}) in {len(differences)} places, first "
+                    f"{'; '.join(differences[:3])}; the cache is not re-stamped (rerun python -m gmp.runs {chapter} "
+                    f"--scale {scale} to recompute it with today's code)")
+            found = largest_difference(recorded[key]["value"], fresh)
+            if found and (largest is None or found[0] > largest["absolute"]):
+                largest = {"unit": key, "path": found[2], "absolute": found[0], "relative": found[1]}
+    if edited := _results.code_edited():
+        raise RestampRefused(f"the files of {', '.join(edited)} changed during the re-stamp, so which code the units "
+                             f"were recomputed with is uncertain; nothing is recorded, re-stamp again")
+    evidence = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "code": code, "commit": git_commit(root or _results.repository_root() or Path.cwd()),
+        "gmp_version": gmp.__version__, "torch_version": torch.__version__, "device": describe_device(resolved),
+        "units": len(chosen), "of": len(keys), "keys": chosen,
+        "sample": None if len(chosen) == len(keys) else {"size": len(chosen), "seed": sample_seed},
+        "tolerance": tolerances, "largest_difference": largest,
+        "seconds": round(time.perf_counter() - started, 1),
+        "command": f"python -m gmp.runs {chapter} --scale {scale} --restamp --device {device}"
+                   + (f" --sample {sample} --sample-seed {sample_seed}" if len(chosen) < len(keys) else ""),
+    }
+    provenance[RESTAMPS] = [*(provenance.get(RESTAMPS) or []), evidence]
+    _results.atomic_write_json(folder / "provenance.json", provenance)
+    return evidence
 
 
 def _seed_arg(text: str) -> int:
@@ -622,11 +791,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unit", help="the unit --verify recomputes (default: the first recorded)")
     parser.add_argument("--rtol", type=_tolerance_arg, default=None, help="relative tolerance of --verify (default 1e-5)")
     parser.add_argument("--atol", type=_tolerance_arg, default=None, help="absolute tolerance of --verify (default 1e-8)")
+    parser.add_argument("--restamp", action="store_true",
+                        help="recompute the cache's units (all, or --sample of them) with today's code and, when every "
+                             "one equals its cached value, record today's code with the evidence (exit 1 if one differs)")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="with --restamp: recompute this many units, drawn to cover every arm (default: all)")
+    parser.add_argument("--sample-seed", type=_seed_arg, default=None, help="with --restamp --sample: the draw's seed (default 0)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for name in ("unit", "rtol", "atol"):
         if getattr(args, name) is not None and not args.verify:
             parser.error(f"--{name} goes with --verify (it says which unit to recompute or how closely it must match)")
+    for name in ("sample", "sample_seed"):
+        if getattr(args, name) is not None and not args.restamp:
+            parser.error(f"--{name.replace('_', '-')} goes with --restamp (it says which units to recompute)")
+    if args.sample is not None and args.sample < 1:
+        parser.error(f"--sample is a number of units, at least 1, not {args.sample}")
+    if args.restamp:
+        if args.verify or args.jobs != 1 or args.seed is not None:
+            parser.error("--restamp recomputes the cache's units with its run's seed in this process; it takes no "
+                         "--verify, --jobs or --seed")
+        try:
+            evidence = restamp(args.chapter, args.scale, args.sample, args.sample_seed or 0, args.device)
+        except ValueError as err:
+            parser.error(str(err))
+        except RestampRefused as err:
+            print(f"gmp.runs: REFUSED: {err}", file=sys.stderr)
+            return 1
+        print(f"gmp.runs: re-stamped the {args.scale}-scale cache of {args.chapter}: "
+              + _results.restamp_text(evidence))
+        return 0
     if args.verify:
         if args.jobs != 1:
             parser.error("--verify recomputes one unit in this process; it takes no --jobs")

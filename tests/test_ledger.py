@@ -375,3 +375,64 @@ def test_the_papers_claims_about_their_baselines_are_labelled():
              for claim in results._claims_of(chapter) if claim.baseline}
     assert about["sbsnn-siren-1e-5-classic"] == about["sbsnn-siren-1e-5"] == "SIREN"
     assert about["chen-characteristic-sp-wn-drastic"] == "SP and WN"
+
+
+OLD_CHAPTER = '''
+from gmp import config
+from gmp.results import PARTLY, REPRODUCED, Claim
+
+CONFIG = config.scaled(smoke={"n": 1}, small={"n": 2}, paper={"n": 3})
+
+
+def _check(payload):
+    return f"gap {payload['gap']:.2f}", REPRODUCED if payload["gap"] < 1 else PARTLY
+
+
+CLAIMS = [Claim(key="fake-gap", paper="chen", text="The gap is small.", result="summary",
+                rule="reproduced if gap < 1, else partly", check=_check, source="paper")]
+'''
+
+
+def _refactored(payload):
+    gap = payload["gap"]
+    return f"gap {gap:.2f}", PARTLY if gap >= 1 else REPRODUCED
+
+
+def test_a_rule_is_judged_by_what_it_decides_with_the_rule_at_the_run_read_from_git(chapter, tmp_path, monkeypatch,
+                                                                                     root):
+    """A rule rewritten since the run reads as refactored when the rule at the run's commit, read from git and
+    hashing as the run recorded, gives the same verdict; one whose verdict moved shows both."""
+    import html
+    import shutil
+    import subprocess
+
+    repo = tmp_path / "repo"
+    shutil.copytree(root / "gmp", repo / "gmp", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "gmp" / "experiments" / "fake_chapter.py").write_text(OLD_CHAPTER)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
+    subprocess.run(git + ["commit", "-qm", "run"], cwd=repo, check=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(results, "repository_root", lambda: repo)
+    recorded = results.rule_digest(_claim())  # the rule of the commit, as the run recorded it
+
+    def publish(check, rules=None):
+        chapter.CLAIMS = [_claim(check=check)]
+        _publish(tmp_path, {"gap": 0.5}, rules=rules or {"fake-gap": recorded})
+        provenance = tmp_path / "_results" / "fake_chapter" / "paper" / "provenance.json"
+        provenance.write_text(json.dumps({**json.loads(provenance.read_text()), "commit": commit}))
+        [row] = ledger.ledger_rows()
+        return row
+
+    row = publish(_refactored)
+    assert results.rule_digest(_claim(check=_refactored)) != recorded
+    assert (row["verdict"], row["rule_status"], row["earlier"]) == (REPRODUCED, ledger.REFACTORED, None)
+    assert f"the rule as it was at the run's commit {commit[:10]}" in html.unescape(row["Rule status"])
+    row = publish(_strict)  # the verdict moves: both show
+    assert (row["verdict"], row["rule_status"], row["earlier"]) == (NOT_REPRODUCED, ledger.REVISED, REPRODUCED)
+    assert "RULE REVISED after the run: the rule as it was at the run's commit" in html.unescape(row["Rule status"])
+    assert "Rule in force at the run</strong> (as at the run's commit, read from git)" in row["Earlier"]
+    row = publish(_refactored, rules={"fake-gap": "0" * 16})  # the commit's rule is not the one the run recorded
+    assert (row["rule_status"], row["earlier"]) == (ledger.REVISED, None)
+    assert f"hashes as {recorded}, not as the run recorded ({'0' * 16})" in html.unescape(row["Rule status"])

@@ -509,6 +509,19 @@ def test_every_same_function_record_names_todays_code():
         assert same.module in same.after and same.before != same.after[same.module] and same.why
 
 
+def test_same_function_records_live_outside_the_fingerprinted_code(tmp_path):
+    """Records kept in results.py could not vouch for results.py: adding one changed the hash it vouched for."""
+    assert results.SAME_FUNCTION == results.read_same_function(results.SAME_FUNCTION_FILE)
+    assert results.SAME_FUNCTION_FILE.suffix == ".json"
+    assert not any(m.endswith(".json") for m in results.code_fingerprint()["modules"])
+    record = {"module": "results.py", "before": "0" * 16, "after": {"results.py": "1" * 16}, "why": "tested equal"}
+    (tmp_path / "same.json").write_text(json.dumps([record]))
+    assert results.read_same_function(tmp_path / "same.json") == (results.SameFunction(**record),)
+    (tmp_path / "same.json").write_text(json.dumps([record, {**record, "why": ""}]))
+    with pytest.raises(ValueError, match="same.json, record 1: not a record of a module rewritten"):
+        results.read_same_function(tmp_path / "same.json")
+
+
 def test_the_code_hash_leaves_out_documentation_comments_and_layout_but_not_code():
     source = 'X = 1\n"""Doc of X."""\n\n\ndef f(x):\n    """Doc."""\n    return x + X  # why\n'
     reworded = '# a header\nX = 1\n"""Another doc."""\ndef f(x):\n    """Doc,\n    longer."""\n\n    return (x +\n            X)\n'

@@ -571,3 +571,134 @@ def test_workers_on_a_cuda_device_spread_over_the_gpus_and_share_where_there_are
     runs.prefill("sbsnn_fitting", "smoke", jobs=2, device="cuda")
     assert [c[c.index("--device") + 1] for c in started] == ["cuda:0", "cuda:0"]
     assert "2 workers on 1 GPU(s): 2 share cuda:0" in capsys.readouterr().err
+
+
+def _cache_with_units(book, values, threads=1):
+    """A smoke-scale cache of the fake chapter as gmp.runs writes it, keeping the units ``<key>-7`` with
+    ``values[key]``, computed by a code whose results.py differs from today's (as after a refactor)."""
+    folder = book / "book" / "_results" / "fake_chapter" / "smoke"
+    folder.mkdir(parents=True)
+    ran = {**results.code_fingerprint(), "digest": "ran"}
+    ran["modules"] = {**ran["modules"], "results.py": "0" * 16}
+    entries = [{"key": f"{key}-7", "value": {"curve": list(value), "seconds": 9.0}, "seconds": 9.0, "code": "ran",
+                "threads": threads} for key, value in values.items()]
+    entries[0] |= {"modules": ran["modules"], "hash": ran["hash"]}
+    (folder / "summary.json").write_text(json.dumps({"done": True}))
+    (folder / runs.UNITS_FILE).write_bytes(gzip.compress("".join(json.dumps(e) + "\n" for e in entries).encode()))
+    provenance = {"config": {"n": 1}, "config_digest": config.load("fake_chapter", "smoke").digest, "seed": 7,
+                  "date": "2026-11-20 00:00 UTC", "code": ran, "payload_sha256": results.payload_hashes(folder)}
+    (folder / "provenance.json").write_text(json.dumps(provenance))
+    return folder
+
+
+def test_a_refactor_that_keeps_every_unit_equal_re_stamps_and_the_page_says_so(book, capsys):
+    values = {"a": [1.0, 2.0], "b": [3.0, float("nan")]}
+    calls = _with_units(values)
+    folder = _cache_with_units(book, values)
+    before = results.cached("fake_chapter", "summary", "smoke")
+    assert before.code_changed == ("results.py",) and "CODE CHANGED since" in before.describe()
+    assert "--restamp" in before.describe()  # the cache keeps units, so the page says how to re-stamp it
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp", "--device", "cpu"]) == 0
+    assert calls == [("a", 7), ("b", 7)]
+    assert "re-stamped the smoke-scale cache of fake_chapter: on " in capsys.readouterr().out
+    evidence = json.loads((folder / "provenance.json").read_text())["restamps"][-1]
+    assert evidence["code"] == results.code_fingerprint() and evidence["units"] == evidence["of"] == 2
+    assert evidence["keys"] == ["a-7", "b-7"] and evidence["sample"] is None and evidence["largest_difference"] is None
+    assert evidence["tolerance"] == {"a-7": [0.0, 0.0], "b-7": [0.0, 0.0]}
+    assert {"date", "commit", "device", "command"} <= set(evidence)
+    after = results.cached("fake_chapter", "summary", "smoke")
+    assert after.current and after.code_changed == () and after.restamp == evidence
+    text = after.describe()
+    assert "CODE CHANGED" not in text and "The code was refactored since this run (in results.py) and re-verified: on " \
+        in text and "2 of its 2 units, all of them (a-7, b-7) were recomputed" in text
+    assert "equal the cached ones bitwise; no number differed." in text
+    assert "has not changed since it was re-verified" in text
+    assert "Cached smoke-scale run (code refactored since, re-verified)" in after.note().data
+    assert results.payload_hashes(folder) == json.loads((folder / "provenance.json").read_text())["payload_sha256"]
+    # Code that changes after the re-stamp is flagged against the re-stamp's code, not the run's.
+    restamped = json.loads((folder / "provenance.json").read_text())
+    restamped["restamps"][-1]["code"]["modules"]["runs.py"] = "1" * 16
+    (folder / "provenance.json").write_text(json.dumps(restamped))
+    changed = results.cached("fake_chapter", "summary", "smoke")
+    assert changed.code_changed == ("runs.py",) and "differ from those of its re-verification" in changed.describe()
+
+
+def test_a_unit_that_moves_beyond_its_tolerance_refuses_the_re_stamp_and_is_named(book, capsys):
+    values = {"a": [1.0, 2.0], "b": [3.0, 4.0]}
+    _with_units(values)
+    folder = _cache_with_units(book, values)
+    unrestamped = (folder / "provenance.json").read_bytes()
+    values["b"] = [3.0, 4.0 + 1e-12]  # deterministic by default, so bitwise: a rounding difference refuses
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp"]) == 1
+    err = capsys.readouterr().err
+    assert "REFUSED: unit 'b-7' of fake_chapter recomputed with today's code differs" in err
+    assert "value['curve'][1]: cached 4.0, recomputed 4.000000000001" in err
+    assert (folder / "provenance.json").read_bytes() == unrestamped  # nothing recorded
+    assert results.cached("fake_chapter", "summary", "smoke").code_changed == ("results.py",)
+    # A unit that is not deterministic states its tolerance; within it, the re-stamp records the largest difference.
+    sys.modules["gmp.experiments.fake_chapter"].unit_tolerance = lambda key: (1e-3, 0.0)
+    values["b"] = [3.0, 4.0 * (1 + 1e-2)]
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp"]) == 1
+    assert "unit 'b-7'" in capsys.readouterr().err and (folder / "provenance.json").read_bytes() == unrestamped
+    values["b"] = [3.0, 4.0 * (1 + 1e-5)]
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp"]) == 0
+    largest = results.cached("fake_chapter", "summary", "smoke").restamp["largest_difference"]
+    assert largest["unit"] == "b-7" and largest["path"] == "value['curve'][1]"
+    assert largest["absolute"] == pytest.approx(4e-5) and largest["relative"] == pytest.approx(1e-5)
+    text = results.cached("fake_chapter", "summary", "smoke").describe()
+    assert "equal the cached ones within rtol=0.001, atol=0; the largest difference was 4e-05 (relative 1e-05) " \
+           "in unit b-7 at value['curve'][1]." in text
+
+
+def test_a_sampled_re_stamp_covers_every_arm_and_states_its_size_and_seed(book, capsys):
+    values = {"a-1": [1.0], "a-2": [2.0], "a-3": [3.0], "b-1": [4.0], "c": [5.0]}
+    calls = _with_units(values)
+    folder = _cache_with_units(book, values)
+    assert [runs.unit_arm("fake_chapter", f"{key}-7") for key in values] == ["a", "a", "a", "b", "c"]
+    with pytest.raises(SystemExit):
+        runs.main(["fake_chapter", "--scale", "smoke", "--restamp", "--sample", "2"])
+    assert "a sample of 2 units cannot cover the 3 arms of fake_chapter (a, b, c); give --sample 3" \
+        in capsys.readouterr().err
+    for seed in range(5):
+        chosen = runs.sample_units("fake_chapter", [f"{key}-7" for key in values], 3, seed)
+        assert {runs.unit_arm("fake_chapter", key) for key in chosen} == {"a", "b", "c"}
+        assert chosen == runs.sample_units("fake_chapter", [f"{key}-7" for key in values], 3, seed)  # seeded
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp", "--sample", "4", "--sample-seed", "3"]) == 0
+    evidence = json.loads((folder / "provenance.json").read_text())["restamps"][-1]
+    assert evidence["units"] == 4 and evidence["of"] == 5 and evidence["sample"] == {"size": 4, "seed": 3}
+    assert len(calls) == 4 and evidence["keys"] == [f"{k}-7" for k, _ in calls]
+    assert "4 of its 5 units, a sample drawn with seed 3 to cover every arm" in \
+        results.cached("fake_chapter", "summary", "smoke").describe()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sample", "2"], "--sample goes with --restamp"), (["--restamp", "--sample", "0"], "at least 1"),
+    (["--restamp", "--jobs", "2"], "--restamp recomputes the cache's units with its run's seed"),
+])
+def test_restamp_arguments_are_checked(book, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        runs.main(["fake_chapter", "--scale", "smoke", *args])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_chapter_without_units_or_with_a_stale_cache_is_not_re_stamped(book, capsys):
+    with pytest.raises(SystemExit):
+        runs.main(["fake_chapter", "--scale", "smoke", "--restamp"])
+    assert "does not split into independent units to recompute, so it cannot be re-stamped" in capsys.readouterr().err
+    _with_units({"a": [1.0]})
+    folder = _cache_with_units(book, {"a": [1.0]})
+    provenance = json.loads((folder / "provenance.json").read_text())
+    (folder / "provenance.json").write_text(json.dumps({**provenance, "config_digest": "other"}))
+    with pytest.raises(SystemExit):
+        runs.main(["fake_chapter", "--scale", "smoke", "--restamp"])
+    assert "cache of fake_chapter is stale" in capsys.readouterr().err
+
+
+def test_verify_names_the_code_of_a_unit_whose_fingerprint_another_entry_carries(book, capsys):
+    """A cache names each code's modules once, on its first unit: a later unit of the same code was said to
+    have no code fingerprint recorded."""
+    _with_units({"a": [1.0], "b": [2.0]})
+    _cache_with_units(book, {"a": [1.0], "b": [2.0]})
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--verify", "--unit", "b-7"]) == 0
+    out = capsys.readouterr().out
+    assert "(computed by code that differs from today's in results.py)" in out and "no code fingerprint" not in out
