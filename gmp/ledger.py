@@ -87,8 +87,8 @@ class Judgement:
     (:attr:`gmp.results.Claim.earlier`), or the rule at the run's commit, read from git, where its hash changed and
     its verdict with it."""
     earlier_label: str = ""
-    """The name of :attr:`earlier`: "rule in force at the run", "earlier rule applied to this later run" or
-    "rule at the run's commit"."""
+    """The name of :attr:`earlier`, "rule in force at the run" (kept in code, or read from git at the run's
+    commit) or "earlier rule applied to this later run"."""
     earlier_gave: str = ""
     """The verdict an earlier rule applied to a later run gave at its own run (cited), or that it is not recorded."""
     design: tuple[str, str] | None = None
@@ -225,7 +225,7 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         caveat = claim.caveat(entry.payload) if claim.caveat is not None else ""
     label, gave = "", ""
     if old is not None and claim.earlier is None:  # the rule at the run's commit, read from git
-        label = "rule at the run's commit"
+        label = "rule in force at the run"
     elif old is not None:
         date = str((entry.provenance or {}).get("date", "?"))
         after = date >= claim.earlier.replaced
