@@ -538,6 +538,31 @@ def _differs(kernels: dict[torch.dtype, Kernel]) -> str | None:
     return None
 
 
+def _subnormals_flushed() -> bool:
+    """Whether this thread's floating-point unit flushes subnormal numbers to zero (x86's FTZ/DAZ modes),
+    read by halving the smallest normal float64."""
+    smallest = torch.tensor(2.2250738585072014e-308, dtype=torch.float64)
+    return bool(((smallest / 2) == 0).item())
+
+
+class RoundingModeChanged(RuntimeError):
+    """Loading a library changed how this process rounds (see :func:`_open`)."""
+
+
+def _open(path: Path) -> ctypes.CDLL:
+    """Load the library at ``path``, or raise :class:`RoundingModeChanged` when loading it changed how this process rounds:
+    a library linked with ``-ffast-math`` (or ``-Ofast``) switches the loading thread to flushing
+    subnormal numbers to zero as it loads, which would change every later float computation of the
+    process (a Gaussian tail's weight of 1e-314 read as 0) with no sign. The mode is set back first."""
+    flushed = _subnormals_flushed()
+    library = ctypes.CDLL(str(path))
+    if _subnormals_flushed() != flushed:
+        torch.set_flush_denormal(flushed)
+        raise RoundingModeChanged(f"loading {path.name} switched this process to flushing subnormal numbers to zero "
+                           f"(set back; the library is not used): a -ffast-math or -Ofast build does this")
+    return library
+
+
 def _library() -> ctypes.CDLL | None:
     """The compiled library, or None after saying why (a warning, unless ``GMP_NATIVE=0`` asked)."""
     if os.environ.get("GMP_NATIVE", "1") == "0":
@@ -555,10 +580,11 @@ def _library() -> ctypes.CDLL | None:
             errors, wrong_numbers = [], False
             for flags in flag_sets():
                 try:
-                    library = ctypes.CDLL(str(_build(compiler, flags)))
+                    library = _open(_build(compiler, flags))
                     wrong = self_check({dtype: Kernel(library, dtype) for dtype in (torch.float32, torch.float64)})
                 except (OSError, RuntimeError, subprocess.SubprocessError) as err:
                     errors.append(str(err))
+                    wrong_numbers |= isinstance(err, RoundingModeChanged)
                     continue
                 if wrong is None:
                     _BUILT.update(compiler=shlex.join(compiler), flags=" ".join(flags))

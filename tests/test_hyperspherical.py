@@ -514,7 +514,14 @@ def test_a_build_whose_arithmetic_is_relaxed_fails_its_self_check_and_the_torch_
         warnings.simplefilter("always")
         assert fresh_native.kernel(theta) is None and fresh_native.kernel(theta.float()) is None
     said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-    assert len(said) == 1 and "differ from the torch map's by up to" in said[0] and "remove them from CC" in said[0]
+    assert len(said) == 1 and "remove them from CC" in said[0]
+    # gcc links -ffast-math libraries with code that sets the loading thread to flush subnormal numbers to
+    # zero (gcc 12 for shared libraries too): the load is refused and the mode set back, which had stayed on
+    # for the rest of the process (a Gaussian tail weighing 1e-314 read as 0 in a later test); where the
+    # library loads without it, the self-check finds its numbers wrong
+    assert "differ from the torch map's by up to" in said[0] or "flushing subnormal numbers to zero" in said[0]
+    assert not fresh_native._subnormals_flushed()
+    assert torch.tensor(2.2250738585072014e-308, dtype=torch.float64) / 2 > 0
     assert len(list(fresh_native._kernel_dir().glob("*.so"))) == len(fresh_native.flag_sets())  # each set tried
     assert fresh_native.describe() == {"map": "torch", "why": fresh_native.unavailable()}
     scale = torch.ones(6, dtype=torch.float64)
