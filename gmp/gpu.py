@@ -303,7 +303,7 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
                 group: tuple[str, list[str], Any] | None = None) -> dict[str, Any]:
     """Train the next group (:func:`load_group`, or ``group``) of the ``lu_real`` run until
     ``deadline`` (monotonic s): as many of its networks as finish all their epochs by then. On a
-    card the count model knows, the number it predicts (:func:`predicted_networks`) is probed and
+    card the count model knows, the number it predicts (``predicted_networks``) is probed and
     corrected by the measured step time (more if it leaves room, fewer if it does not); elsewhere
     by the step time measured for one network, for all of them and for the number chosen."""
     from gmp import results
@@ -667,7 +667,7 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
 def stacked_units_job(out: Path, chapters: Sequence[str], scale: str, device: str, deadline: float, seed: int,
                       probe_only: bool = False) -> dict[str, Any]:
     """:func:`compute_units_stacked` in a child process stopped at ``deadline``; its report (what it did, or how it
-    failed), for the summary. What it has not journalled is left to :func:`units_job` (the unit-by-unit path)."""
+    failed), for the summary. What it has not journalled is left to ``units_job`` (the unit-by-unit path)."""
     seconds = deadline - time.monotonic()
     if seconds < 60:
         return {"status": f"{max(seconds, 0):.0f} s left: not started"}

@@ -83,9 +83,9 @@ class Judgement:
     rule_note: str = ""
     """The sentence on :attr:`rule_status`."""
     earlier: tuple[str, str] | None = None
-    """``(measured, verdict)`` of the earlier rule on the run judged, where it was replaced: the one kept in code
-    (:attr:`gmp.results.Claim.earlier`), or the rule at the run's commit, read from git, where its hash changed and
-    its verdict with it."""
+    """``(measured, verdict)`` of the earlier rule on the run judged, where it was replaced, which is the one kept
+    in code (:attr:`gmp.results.Claim.earlier`) or else the rule at the run's commit, read from git, where its
+    hash changed and its verdict with it."""
     earlier_label: str = ""
     """The name of :attr:`earlier`, "rule in force at the run" (kept in code, or read from git at the run's
     commit) or "earlier rule applied to this later run"."""

@@ -70,7 +70,7 @@ class NotStackable(Exception):
 
 @dataclasses.dataclass(eq=False)
 class FitJob:
-    """What one :func:`fit_stack` call computes (its arguments less :data:`RUN_ONLY`)."""
+    """What one :func:`fit_stack` call computes (its arguments less ``RUN_ONLY``)."""
 
     spec_layers: list[Dense]
     seeds: list[int]

@@ -429,7 +429,7 @@ class StackedTraining:
 
     def allocate(self, steps: int) -> None:
         """Device buffers for ``steps`` steps' bookkeeping: each network's gradient norm ratio, largest
-        gradient norm and smallest tangential share (:func:`gmp.models.stacked._radial`: near the
+        gradient norm and smallest tangential share (``gmp.models.stacked._radial``: near the
         dtype's epsilon, the step's gradient norms are rounding), read once per epoch."""
         self._ratio = torch.zeros(steps, len(self.labels), dtype=torch.float64, device=self.device)
         self._max_grad = torch.zeros_like(self._ratio)

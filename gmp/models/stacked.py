@@ -148,7 +148,7 @@ class SGDInBackward:
         first = self.buffers[0]
         self.norms_sq = torch.zeros(len(self.buffers), first.shape[0], dtype=first.dtype, device=first.device)
         self.tangential_share = torch.ones_like(self.norms_sq)
-        """How much of ``||A^T X||^2`` each ``||dE/dV^(l)||^2`` of the last step kept (:func:`_radial`):
+        """How much of ``||A^T X||^2`` each ``||dE/dV^(l)||^2`` of the last step kept (``_radial``):
         near the dtype's epsilon, that norm is rounding."""
         self.inverse_norms = [torch.zeros(first.shape[0], 1, first.shape[1], dtype=first.dtype, device=first.device)
                               for _ in self.buffers]
