@@ -129,8 +129,8 @@ def _tiny_fit(**kwargs):
     return fit_image(model, coords, pixels, lr=1e-3, plateau={"factor": 0.5, "patience": 2}, progress=False, **kwargs)
 
 
-def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_same_curves(tmp_path, monkeypatch):
-    whole = _tiny_fit(steps=12, snapshot_steps=[2, 9])
+def _interrupt_at_update_8(path, monkeypatch, **kwargs):
+    """``_tiny_fit`` with a checkpoint at ``path`` every 3 updates, interrupted at Adam's 8th update."""
     calls = {"n": 0}
     adam_step = torch.optim.Adam.step
 
@@ -140,11 +140,16 @@ def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_same_curves(tmp_p
             raise KeyboardInterrupt
         return adam_step(self, *args, **kwargs)
 
-    path = tmp_path / "fit.pt"
     monkeypatch.setattr(torch.optim.Adam, "step", failing_step)
     with pytest.raises(KeyboardInterrupt):
-        _tiny_fit(steps=12, snapshot_steps=[2, 9], checkpoint=path, checkpoint_every=3)
+        _tiny_fit(steps=12, checkpoint=path, checkpoint_every=3, **kwargs)
     monkeypatch.setattr(torch.optim.Adam, "step", adam_step)
+
+
+def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_same_curves(tmp_path, monkeypatch):
+    whole = _tiny_fit(steps=12, snapshot_steps=[2, 9])
+    path = tmp_path / "fit.pt"
+    _interrupt_at_update_8(path, monkeypatch, snapshot_steps=[2, 9])
     assert torch.load(path, weights_only=True)["step"] == 6  # the last checkpoint before step 8, tensors only
     resumed = _tiny_fit(steps=12, snapshot_steps=[2, 9], checkpoint=path, checkpoint_every=3)
     assert np.array_equal(resumed.mse, whole.mse) and np.array_equal(resumed.lr, whole.lr)
@@ -157,20 +162,8 @@ def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_same_curves(tmp_p
 
 def test_a_checkpoint_whose_step_disagrees_with_what_it_holds_is_refused(tmp_path, monkeypatch):
     # As fit_stack's epoch (issue 38): a changed step resumed with NaN-padded or shifted curves.
-    calls = {"n": 0}
-    adam_step = torch.optim.Adam.step
-
-    def failing_step(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 8:
-            raise KeyboardInterrupt
-        return adam_step(self, *args, **kwargs)
-
     path = tmp_path / "fit.pt"
-    monkeypatch.setattr(torch.optim.Adam, "step", failing_step)
-    with pytest.raises(KeyboardInterrupt):
-        _tiny_fit(steps=12, checkpoint=path, checkpoint_every=3)
-    monkeypatch.setattr(torch.optim.Adam, "step", adam_step)
+    _interrupt_at_update_8(path, monkeypatch)
     state = torch.load(path, weights_only=True)
     assert state["step"] == 6
     mse = state["mse"].clone()
