@@ -26,6 +26,12 @@ from gmp.results import CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPERS, SOURC
 MALFORMED = (KeyError, IndexError, TypeError, AttributeError)
 """What a claim's rule raises on a payload that lacks what it reads or holds it in another form."""
 
+
+class NotYetRun(Exception):
+    """What a claim's rule raises on a paper-scale payload that lacks the units it judges because they have not run
+    yet (a claim added after the cache, or units waiting for a GPU): the ledger shows :data:`NOT_RUN`, with the
+    exception's message as what was measured, not a corrupt cache."""
+
 PROVISIONAL = "provisional"
 """How the ledger marks a verdict judged on an unfinished run, which the units still to come may change, or one
 that its claim calls provisional (:attr:`gmp.results.Claim.provisional`, such as one seed of a thin margin)."""
@@ -173,6 +179,8 @@ def _evaluate(claim: Claim, payload: Mapping[str, Any], where: str,
     try:
         measured, verdict = claim.evaluate(payload)
         old = claim.evaluate(payload, claim.earlier.check) if earlier else None
+    except NotYetRun as err:
+        return str(err), NOT_RUN, None
     except MALFORMED as err:
         return (f"{where} malformed: the rule cannot read it ({type(err).__name__}: {err}); rerun the chapter "
                 "or restore the cache from git"), CORRUPT, None
@@ -215,6 +223,8 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         return Judgement(claim, "—", STALE if entry.status == "stale" else CORRUPT)
     status, note, earlier = _rule_status(claim, entry.provenance or {})
     measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
+    if verdict == NOT_RUN:  # the cache predates the claim's units: no run of them to state a rule status for
+        return Judgement(claim, measured, NOT_RUN)
     recorded = ((entry.provenance or {}).get("code") or {}).get("rules") or {}
     if status == REVISED and recorded.get(claim.key, rule_digest(claim)) != rule_digest(claim) \
             and verdict in KIND_VERDICTS[claim.kind]:

@@ -264,7 +264,45 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     out.update({f"seeds-{name}-{seed}": more_seeds(name) for name in names[1:]})
     for mask in [cfg.heldout_seed, *cfg.heldout_more]:
         out[f"heldout_text-{mask}-{seed}"] = heldout_text_unit(cfg, mask, seed, store, device)
+
+    def any_values(arm: str) -> Callable[[], dict[str, Any]]:
+        key = f"anyvalues-{arm}-{seed}"
+        plan = cfg.schedules["aggressive"]
+
+        def compute() -> dict[str, Any]:
+            targets = any_values_targets(pixels, arm)
+            fit = fit_stack(layers(script_spec(cfg)), [seed], script_inputs(), targets, epochs=cfg.epochs["aggressive"],
+                            lr=plan["lr"], plateau=plan["plateau"], checkpoint=store.scratch(key), desc=key,
+                            **common)[0]
+            return {"arm": arm, "target_seed": ANY_VALUES_SEED,
+                    "target_variance": float(targets.double().var(unbiased=False)), "fit": fit.to_json()}
+
+        return compute
+
+    out.update({f"anyvalues-{arm}-{seed}": any_values(arm) for arm in ANY_VALUES})
     return out
+
+
+ANY_VALUES = {"permuted": "the image's pixels under a fixed random permutation of their positions",
+              "uniform": "i.i.d. uniform values on the image's range"}
+"""The assignments of values to the pixels, other than the image, that the script's network is fitted to (units
+``anyvalues-<arm>``, the README's aggressive run with other targets), each in words."""
+
+ANY_VALUES_SEED = 7
+"""The seed of the permutation and of the uniform values of :data:`ANY_VALUES`."""
+
+
+def any_values_targets(pixels: torch.Tensor, arm: str) -> torch.Tensor:
+    """The targets of arm ``arm`` of :data:`ANY_VALUES` for the image's ``pixels`` (``(count, 1)``): the pixels
+    permuted by ``torch.randperm`` of :data:`ANY_VALUES_SEED`, or uniform values on ``[pixels.min(), pixels.max()]``
+    drawn by ``torch.rand`` from that seed."""
+    generator = torch.Generator().manual_seed(ANY_VALUES_SEED)
+    if arm == "permuted":
+        return pixels[torch.randperm(pixels.shape[0], generator=generator)]
+    if arm == "uniform":
+        low, high = pixels.min(), pixels.max()
+        return low + (high - low) * torch.rand(pixels.shape, generator=generator, dtype=pixels.dtype)
+    raise ValueError(f"unknown arm {arm!r}: expected one of {list(ANY_VALUES)}")
 
 
 def ablation_settings(cfg, step: int) -> dict[str, Any]:
@@ -492,7 +530,8 @@ def units_keys(cfg, seed: int) -> list[str]:
             + [f"heldout_more-{mask}-{name}-{seed}" for mask in cfg.heldout_more for name in SBSNN_HELDOUT]
             + [f"seeds-{seeded(cfg)[0]}-{seed}"] + [f"reverse-{arm}-{seed}" for arm in range(1, len(cfg.reverse))]
             + [f"seeds-{name}-{seed}" for name in seeded(cfg)[1:]]
-            + [f"heldout_text-{mask}-{seed}" for mask in [cfg.heldout_seed, *cfg.heldout_more]])
+            + [f"heldout_text-{mask}-{seed}" for mask in [cfg.heldout_seed, *cfg.heldout_more]]
+            + [f"anyvalues-{arm}-{seed}" for arm in ANY_VALUES])
 
 
 def axes(fit: EpochCurves, db: float, which: str) -> dict[str, float | None]:
@@ -568,7 +607,23 @@ def summary(cfg, units_done: Mapping[str, Any], seed: int) -> dict[str, Any]:
     return {"side": cfg.side, "seed": seed, "rows": rows,
             "heldout": heldout_summary(cfg, heldout, siren_own) if heldout else None,
             "heldout_more": more, "ablation": ablation_summary(cfg, units_done, seed),
-            "seeds": seed_rows(cfg, units_done, seed), "reverse": reverse_summary(cfg, units_done, seed)}
+            "seeds": seed_rows(cfg, units_done, seed), "reverse": reverse_summary(cfg, units_done, seed),
+            "any_values": any_values_summary(units_done, seed)}
+
+
+def any_values_summary(units_done: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """Per arm of :data:`ANY_VALUES` whose unit is journalled: :func:`fit_row` of its fit, ``mean_db``, the
+    whole-image PSNR ([0, 1] scale) of predicting its targets' mean (10 log10 of one over their variance), and
+    ``psnr_by_epoch``, its whole-image PSNR after each pass (None where not finite)."""
+    out = {}
+    for arm in ANY_VALUES:
+        unit = units_done.get(f"anyvalues-{arm}-{seed}")
+        if unit is not None:
+            fit = EpochCurves.from_json(unit["fit"])
+            out[arm] = {**fit_row(fit, "aggressive"), "mean_db": 10 * math.log10(1 / unit["target_variance"]),
+                        "target_seed": unit["target_seed"],
+                        "psnr_by_epoch": [float(v) if math.isfinite(v) else None for v in fit.psnr("train")]}
+    return out
 
 
 def seed_rows(cfg, units_done: Mapping[str, Any], seed: int) -> dict[str, list[dict[str, Any]]]:
@@ -878,6 +933,72 @@ def _generalises_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     return measured, REPRODUCED if above else NOT_REPRODUCED if below else PARTLY
 
 
+ANY_VALUES_BAR = PSNR_TARGETS["author"]
+"""The whole-image PSNR ([0, 1] scale) at which the any-values claim calls an assignment fitted: 50 dB, an MSE of
+1e-5 on [0, 1] values, the author's accuracy, which the script's network passes on the image within its run."""
+
+ANY_VALUES_FITTED = 20.0
+"""The dB above the PSNR of predicting the targets' mean at which the any-values claim calls an assignment fitted
+in part: 99% of the targets' variance fitted."""
+
+
+def _any_values_arms(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The any-values arms of ``payload`` (:func:`any_values_summary`), or :class:`gmp.ledger.NotYetRun` while the
+    payload lacks any of them."""
+    from gmp.ledger import NotYetRun
+
+    arms = payload.get("any_values") or {}
+    missing = [arm for arm in ANY_VALUES if arm not in arms]
+    if missing:
+        raise NotYetRun(f"not yet run: this run holds no unit anyvalues-{'/'.join(missing)} (the fits to "
+                        + " and to ".join(ANY_VALUES[arm] for arm in missing) + ")")
+    return arms
+
+
+def _passes_text(row: Mapping[str, Any]) -> str:
+    passes = row["reach"]["author-train"]["epochs"]
+    return f"pass {passes}" if passes is not None else f"never in {row['epochs']}"
+
+
+def _any_values_check(payload: Mapping[str, Any]) -> tuple[str, str]:
+    arms = _any_values_arms(payload)
+    image = payload["rows"]["script/aggressive"]
+    at = image["reach"]["author-train"]["epochs"]
+    measured = (f"whole-image PSNR {ANY_VALUES_BAR:.0f} dB first at: the image {_passes_text(image)}, "
+                + ", ".join(f"{arm} {_passes_text(row)}" for arm, row in arms.items())
+                + f"; best PSNR: the image {image['best_train_psnr']:.1f} dB, "
+                + ", ".join(f"{arm} {row['best_train_psnr']:.1f} dB (its mean {row['mean_db']:.1f} dB)"
+                            for arm, row in arms.items()))
+    if at is not None:
+        measured += f"; after the image fit's {at} passes: " + ", ".join(f"{arm} {any_values_at(row, at)}"
+                                                                         for arm, row in arms.items())
+    if all(row["reach"]["author-train"]["epochs"] is not None for row in arms.values()):
+        return measured, REPRODUCED
+    fitted = all(row["best_train_psnr"] - row["mean_db"] >= ANY_VALUES_FITTED for row in arms.values())
+    return measured, PARTLY if fitted else NOT_REPRODUCED
+
+
+def any_values_at(row: Mapping[str, Any], epoch: int) -> str:
+    """An any-values arm's whole-image PSNR after ``epoch`` passes (its summary ``row``'s ``psnr_by_epoch``), as text."""
+    curve = row["psnr_by_epoch"]
+    return f"{curve[epoch - 1]:.1f} dB" if epoch <= len(curve) and curve[epoch - 1] is not None else "—"
+
+
+def _any_values_provisional(payload: Mapping[str, Any]) -> str:
+    """One seed: provisional where an arm's best PSNR lies within the spread of the image fit's best PSNR over its
+    seeds of either bar of the rule."""
+    arms = (payload.get("any_values") or {})
+    seeds = [r["best_train_psnr"] for r in payload.get("seeds", {}).get("script/aggressive", [])]
+    if len(arms) < len(ANY_VALUES) or len(seeds) < 2:
+        return ""
+    spread = max(seeds) - min(seeds)
+    thin = [arm for arm, row in arms.items()
+            if min(abs(row["best_train_psnr"] - ANY_VALUES_BAR),
+                   abs(row["best_train_psnr"] - row["mean_db"] - ANY_VALUES_FITTED)) < spread]
+    return (f"one seed; the best PSNR of {' and '.join(thin)} lies within {spread:.1f} dB (the spread of the image "
+            f"fit's best PSNR over its {len(seeds)} seeds) of a bar of the rule") if thin else ""
+
+
 CLAIMS = [
     Claim(key="sbsnn-readme-aggressive", paper="sbsnn", source="paper",
           provisional=seeds_provisional(["script/aggressive"]), test=SEED_T,
@@ -997,6 +1118,29 @@ CLAIMS = [
           note=f"Held-out masks of the paper-scale run: seeds {', '.join(map(str, HELDOUT_MASKS))}. Written for issue "
                f"#28 after the fits on the first mask were computed (2026-11-25); the further masks were fitted with "
                f"this rule in place (2026-11-26)."),
+    Claim(key="sbsnn-author-encoder-any-values", paper="sbsnn", source="check",
+          text="The book's reading of the author's encoder, not a claim of the paper: his encoder is a "
+               "high-dimensional pseudo-random feature map of the pixel's index, so a network on top of it can fit any "
+               "assignment of values to the pixels. Fitted as in the README's aggressive run (the script's network, "
+               "his encoder, his aggressive schedule, 100 passes of mini-batches of 32), the script's network fits "
+               "the image's pixels under a fixed random permutation of their positions, and i.i.d. uniform values "
+               "on the image's range, to the accuracy it fits the image to.",
+          short="The book's reading (not the paper's): a network on the author's encoder fits any assignment of "
+                "values to the pixels (permuted pixels, uniform values)",
+          result="author",
+          rule=f"One fit (seed 0) per arm: the script's network with the README's aggressive schedule for the run's "
+               f"100 passes, as the image fit (unit readme-aggressive), fitted to (a) the image's pixels permuted by "
+               f"a fixed random permutation and (b) i.i.d. uniform values on [min, max] of the image (both drawn "
+               f"from seed {ANY_VALUES_SEED}). Per arm: the first pass at which its whole-image PSNR ([0, 1] scale) "
+               f"reaches {ANY_VALUES_BAR:.0f} dB (MSE 1e-5, the author's accuracy, which the image fit passes within "
+               f"the run), and its best PSNR against that of predicting its targets' mean. Reproduced if both arms "
+               f"reach {ANY_VALUES_BAR:.0f} dB within the run's passes; else partly if both arms' best PSNR lies at "
+               f"least {ANY_VALUES_FITTED:.0f} dB above their mean's (99% of the targets' variance fitted); else not "
+               f"reproduced. The image fit's passes and best PSNR are shown beside, not judged. One seed: the "
+               f"verdict is provisional where an arm's best PSNR lies within the spread of the image fit's best "
+               f"PSNR over its seeds of either bar. Fixed before the run: committed before the paper-scale units "
+               f"anyvalues-permuted-0 and anyvalues-uniform-0 were computed.",
+          check=_any_values_check, provisional=_any_values_provisional),
 ]
 
 
@@ -1355,6 +1499,51 @@ def text_encoder_reading(payload: Mapping[str, Any] | None) -> str:
             f"PSNR minus linear interpolation's {mean:+.1f} dB"
             + (f" (95% interval {low:+.1f} to {high:+.1f})" if math.isfinite(low) else "")
             + f", {side}; on its training pixels it reaches {np.mean([m['networks'][TEXT_HELDOUT]['train_psnr'] for m in masks]):.1f} dB.")
+
+
+def any_values_reading(payload: Mapping[str, Any] | None) -> str:
+    """The script's network fitted to the image and to each assignment of :data:`ANY_VALUES`, in the any-values
+    claim's unit (passes to :data:`ANY_VALUES_BAR`), as a clause."""
+    arms = (payload or {}).get("any_values") or {}
+    image = (payload or {}).get("rows", {}).get("script/aggressive")
+    if len(arms) < len(ANY_VALUES) or image is None:
+        return "whether it fits other assignments of values as it fits the image has not been run yet"
+
+    def reached(row: Mapping[str, Any]) -> str:
+        passes = row["reach"]["author-train"]["epochs"]
+        return (f"reaches {ANY_VALUES_BAR:.0f} dB at pass {passes}" if passes is not None else
+                f"does not reach {ANY_VALUES_BAR:.0f} dB in its {row['epochs']} passes")
+
+    return (f"fitted as in the README's aggressive run, the script's network {reached(image)} on the image (best "
+            f"{image['best_train_psnr']:.1f} dB); on " + "; on ".join(
+                f"{ANY_VALUES[arm]} it {reached(row)} (best {row['best_train_psnr']:.1f} dB, where predicting their "
+                f"mean gives {row['mean_db']:.1f} dB)" for arm, row in arms.items()))
+
+
+def any_values_table(live: Mapping[str, Any] | None, paper: Mapping[str, Any] | None):
+    """The script's network fitted to the image and to each assignment of :data:`ANY_VALUES`: the pass at which its
+    whole-image PSNR first reaches :data:`ANY_VALUES_BAR`, its best PSNR and that of predicting the targets' mean,
+    this build and paper scale."""
+    import pandas as pd
+
+    def cells(payload: Mapping[str, Any] | None, arm: str) -> tuple[str, str, str]:
+        row = (payload or {}).get("rows", {}).get("script/aggressive") if arm == "image" else \
+            ((payload or {}).get("any_values") or {}).get(arm)
+        if row is None:
+            return ("not yet run",) * 3 if payload else ("—",) * 3
+        mean = row.get("mean_db")
+        return _passes_text(row), f"{row['best_train_psnr']:.1f}", "—" if mean is None else f"{mean:.1f}"
+
+    rows = []
+    for arm, text in {"image": "the image (the README's aggressive run)", **ANY_VALUES}.items():
+        row = {"targets": text}
+        for column, payload in (("this build", live), ("paper scale", paper)):
+            passes, best, mean = cells(payload, arm)
+            row[f"{column}: {ANY_VALUES_BAR:.0f} dB first at"] = passes
+            row[f"{column}: best PSNR (dB)"] = best
+            row[f"{column}: PSNR of the mean (dB)"] = mean
+        rows.append(row)
+    return pd.DataFrame(rows).style.hide(axis="index")
 
 
 def readme_reading(payload: Mapping[str, Any] | None) -> str:
