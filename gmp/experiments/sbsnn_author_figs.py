@@ -17,6 +17,9 @@ from gmp.experiments.sbsnn_author import (FIG7_ACTIVATIONS, ONE_SEED, SBSNN_FAMI
                                           SEEDS_TO_DECIDE, THIN_MARGIN, _over_seeds, data, encoded, family_reach,
                                           figure_spec, fit_row, label, one_seed, PSNR_TARGETS, seed_rule,
                                           seeds_provisional, siren_spec)
+from gmp.experiments.sbsnn_encoders import CLAIMS as ENCODER_CLAIMS
+from gmp.experiments.sbsnn_encoders import CONFIG as ENCODER_CONFIG
+from gmp.experiments.sbsnn_encoders import _fig5_check, axis_energy, plot_fig5
 from gmp.minibatch import EpochCurves, fit_stack, layers
 from gmp.results import (INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED, SIGN_LEVEL, Claim, EarlierDesign, EarlierRule,
                          PowerTest, paired_interval, sign_test)
@@ -130,6 +133,72 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     if cfg.get("more_seeds"):
         out.update({f"fig4seeds-{a}-{seed}": fig4_seeds(a) for a in seeded_fig4(cfg)})
         out.update({f"fig6seeds-{a}-{e}-{seed}": fig6_seeds(a, e) for a in cfg.fig6 for e in FIG6_ENCODERS})
+    out[f"fig5-{seed}"] = lambda: fig5_frames(cfg, seed, device)
+    return out
+
+
+FIG5_UPDATES = ENCODER_CONFIG["paper"]["fig5_step"]
+"""Fig. 5's early frame under the author's protocol, in mini-batch Adam updates: the Adam updates of the text
+reading's early frame (``fig5_step`` of ``sbsnn_encoders`` at paper scale), fixed before the run."""
+
+FIG5_ACTIVATION = "sin"
+"""The activation of Fig. 5's networks (``fig5_activation`` of ``sbsnn_encoders``)."""
+
+
+def fig5_frames(cfg, seed: int, device) -> dict[str, Any]:
+    """Fig. 5 under the author's protocol: Fig. 6's :data:`FIG5_ACTIVATION` networks with his axis-aligned and
+    rotated encoders (same seed, so the same initial weights and pixel order), after :data:`FIG5_UPDATES` updates
+    of the figure's Adam and rate on mini-batches of ``batch_size`` pixels; the predicted image of each, on the
+    pixel grid.
+
+    The first ``FIG5_UPDATES`` mini-batches of an epoch are that many batches of distinct pixels drawn at random,
+    so the fit draws them (``torch.randperm`` of ``seed``) and trains one epoch on them alone: the rest are held
+    out of ``fit_stack``, which then makes exactly ``FIG5_UPDATES`` updates (the plateau rule acts only after an
+    epoch). Eager (``compile=False``): compiling would cost more than the twenty updates."""
+    coords, pixels = data(cfg)
+    count = pixels.shape[0]
+    seen = torch.randperm(count, generator=torch.Generator().manual_seed(seed))[:FIG5_UPDATES * cfg.batch_size]
+    held = torch.ones(count, dtype=torch.bool)
+    held[seen] = False
+    inputs = torch.stack([encoded(coords, cfg.width, False), encoded(coords, cfg.width, True)])
+    net: dict[str, Any] = {}
+    fits = fit_stack(layers(figure_spec(cfg, FIG5_ACTIVATION)), [seed, seed], inputs, pixels, epochs=1, lr=cfg.lr,
+                     plateau=cfg.plateau, batch_size=cfg.batch_size, heldout=held.nonzero().flatten(), device=device,
+                     compile=False, keep=net, desc=f"fig5-{seed}")
+    with torch.no_grad():
+        frames = torch.cat([net["model"](chunk.to(device)) for chunk in inputs.split(8192, dim=1)], dim=1)
+    side = cfg.side
+    return {"updates": fits[0].updates_per_epoch, "pixels_seen": int(seen.numel()), "activation": FIG5_ACTIVATION,
+            "frames": {e: frames[k, :, 0].reshape(side, side).cpu().double().numpy().round(5).tolist()
+                       for k, e in enumerate(FIG6_ENCODERS)}}
+
+
+def fig5_summary(cfg, units_done: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The payload of Fig. 5's claim from the ``fig5-`` unit (None when not journalled), in the form of
+    ``sbsnn_encoders``' (so that its rule judges it): per encoder the axis share (``axis_energy``) of the frame's
+    spectrum and of its error, and the target's."""
+    unit = next((value for key, value in units_done.items() if key.startswith("fig5-")), None)
+    if unit is None:
+        return None
+    _, pixels = data(cfg)
+    target = pixels.reshape(cfg.side, cfg.side).double().numpy()
+    frames: dict[str, Any] = {e: {"axis_energy_frame": axis_energy(np.asarray(unit["frames"][e])),
+                                  "axis_energy_error": axis_energy(np.asarray(unit["frames"][e]) - target)}
+                              for e in FIG6_ENCODERS}
+    frames["target"] = {"axis_energy_frame": axis_energy(target)}
+    return {"side": cfg.side, "step": unit["updates"], "pixels_seen": unit["pixels_seen"],
+            "activation": unit["activation"], "frames": frames}
+
+
+def fig5_arrays(cfg, units_done: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Fig. 5's frames and the target on ``sbsnn_encoders``' [-1, 1] scale for its ``plot_fig5``
+    (``frame_nerf``, ``frame_rotated``, ``target``); empty when the ``fig5-`` unit is not journalled."""
+    unit = next((value for key, value in units_done.items() if key.startswith("fig5-")), None)
+    if unit is None:
+        return {}
+    _, pixels = data(cfg)
+    out = {f"frame_{e}": 2 * np.asarray(unit["frames"][e], dtype=np.float32) - 1 for e in FIG6_ENCODERS}
+    out["target"] = 2 * pixels.reshape(cfg.side, cfg.side).numpy().astype(np.float32) - 1
     return out
 
 
@@ -140,7 +209,7 @@ def units_keys(cfg, seed: int) -> list[str]:
     if cfg.get("more_seeds"):
         keys += [f"fig4seeds-{a}-{seed}" for a in seeded_fig4(cfg)]
         keys += [f"fig6seeds-{a}-{e}-{seed}" for a in cfg.fig6 for e in FIG6_ENCODERS]
-    return keys
+    return keys + [f"fig5-{seed}"]
 
 
 def run(cfg, store, seed: int, device) -> dict[str, Any]:
@@ -191,7 +260,8 @@ def summary(cfg, units_done: Mapping[str, Any], siren_own: Mapping[str, Any] | N
     return {"side": cfg.side, "compare_epoch": cfg.compare_epoch,
             "figures": {figure: {name: fit_row(fit, "less_aggressive", at_epoch=cfg.compare_epoch)
                                  for name, fit in curves.items()} for figure, curves in fits.items()},
-            "seeds": seed_rows(cfg, units_done), **({"siren_own": dict(siren_own)} if siren_own else {})}
+            "seeds": seed_rows(cfg, units_done), "fig5": fig5_summary(cfg, units_done),
+            **({"siren_own": dict(siren_own)} if siren_own else {})}
 
 
 def siren_reference(scale: str) -> dict[str, Any] | None:
@@ -495,6 +565,24 @@ def _earlier_faster_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     return measured, REPRODUCED if names and len(better) == len(names) else PARTLY if better else NOT_REPRODUCED
 
 
+FIG5_RULE = next(claim.rule for claim in ENCODER_CLAIMS if claim.key == "sbsnn-fig5-lines")
+"""The rule of Fig. 5 under the text's reading (``sbsnn_encoders``), which Fig. 5 under the author's protocol keeps."""
+
+
+def _fig5_author_check(payload: Mapping[str, Any]) -> tuple[str, str]:
+    """``sbsnn_encoders``' Fig. 5 rule on the author's-protocol frames (:func:`fig5_summary`), its "step" one
+    mini-batch update; :class:`gmp.ledger.NotYetRun` while the payload has none."""
+    from gmp.ledger import NotYetRun
+
+    fig5 = payload.get("fig5")
+    if fig5 is None:
+        raise NotYetRun(f"not yet run: this run holds no unit fig5 (the frames after {FIG5_UPDATES} mini-batch "
+                        f"updates)")
+    measured, verdict = _fig5_check(fig5)
+    return (f"after {fig5['step']} mini-batch updates of {fig5['pixels_seen'] // fig5['step']} pixels "
+            f"({fig5['pixels_seen']:,} of the {fig5['side'] ** 2:,} pixels seen), " + measured), verdict
+
+
 CLAIMS = [
     Claim(key="sbsnn-fit-500-author", paper="sbsnn", source="paper", provisional=seeds_provisional(FIG4_SEEDS),
           test=SEED_T,
@@ -596,4 +684,16 @@ CLAIMS = [
               check=_earlier_rotated_check, commits="f30e927", replaced="2026-11-26 13:51 UTC",
               why="A count beyond noise in neither direction (a sign test's p of 0.5 for 4 of 7) cannot tell the "
                   "encoders apart: it is inconclusive, not a weak reproduction.", at_run="610a43c", gave=PARTLY)),
+    Claim(key="sbsnn-fig5-lines-author", paper="sbsnn", source="paper",
+          text="Fig. 5 under the author's protocol: early in fitting, the sqrt(2)-scaled axis-aligned (NeRF-type) "
+               "encoder produces line artefacts along constant coordinates, which the rotated encoder removes (his "
+               "encoders, his file, [0, 1] targets, Adam 2e-4 on mini-batches of 32, Fig. 6's sin networks, seed 0).",
+          short="Fig. 5 under the author's protocol: the axis-aligned encoder's early frame has line artefacts, the "
+                "rotated one's not",
+          result="figs",
+          rule=f"The early frame is the predicted image after {FIG5_UPDATES} mini-batch Adam updates (the Adam updates "
+               f"of the text reading's early frame; fixed before the run, as the paper says only 'early'). The rule of "
+               f"sbsnn-fig5-lines, with its measure (gmp.experiments.sbsnn_encoders.axis_energy): " + FIG5_RULE
+               + ". Fixed before the run: committed before the paper-scale unit fig5-0 was computed.",
+          check=_fig5_author_check),
 ]
