@@ -436,3 +436,22 @@ def test_a_rule_is_judged_by_what_it_decides_with_the_rule_at_the_run_read_from_
     row = publish(_refactored, rules={"fake-gap": "0" * 16})  # the commit's rule is not the one the run recorded
     assert (row["rule_status"], row["earlier"]) == (ledger.REVISED, None)
     assert f"hashes as {recorded}, not as the run recorded ({'0' * 16})" in html.unescape(row["Rule status"])
+
+
+def test_a_claim_whose_units_the_cache_predates_reads_not_yet_run_not_corrupt(chapter, tmp_path):
+    """A rule that raises ``NotYetRun`` on a cache that lacks its units (added after the run, or waiting for a GPU)
+    gives "not yet run", with the rule's words and no rule status; a payload the rule cannot read stays corrupt."""
+
+    def check(payload):
+        if "late" not in payload:
+            raise ledger.NotYetRun("not yet run: this run holds no unit late-0")
+        return f"late {payload['late']}", REPRODUCED
+
+    chapter.CLAIMS = [_claim(check=check)]
+    _publish(tmp_path, {"gap": 0.5})
+    [row] = ledger.ledger_rows()
+    assert row["verdict"] == results.NOT_RUN and row["rule_status"] == "" and not row["provisional"]
+    assert "no unit late-0" in row["Measured at paper scale"]
+    _publish(tmp_path, {"gap": 0.5, "late": 1})
+    [row] = ledger.ledger_rows()
+    assert row["verdict"] == REPRODUCED

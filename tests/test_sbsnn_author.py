@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 import gmp
 from gmp.experiments import sbsnn_author as experiment
@@ -417,3 +418,108 @@ def test_the_held_out_fits_are_read_against_nearest_neighbour_and_sirens_kept_pi
     assert "112,128 Adam updates, 36 times SIREN's 3,116" in experiment.kept_pixels_caveat(
         {"heldout": held, "side": 256}, "updates")
     assert experiment.kept_pixels_caveat({"side": 256}) == ""
+
+
+def test_the_any_values_targets_are_the_images_values_shuffled_and_uniform_values_on_its_range():
+    pixels = torch.rand(400, 1, generator=torch.Generator().manual_seed(3)) * 0.6 + 0.2
+    permuted = experiment.any_values_targets(pixels, "permuted")
+    assert torch.equal(permuted.sort(dim=0).values, pixels.sort(dim=0).values), "the same values"
+    assert (permuted != pixels).float().mean() > 0.9, "at other positions"
+    uniform = experiment.any_values_targets(pixels, "uniform")
+    assert uniform.shape == pixels.shape and uniform.dtype == pixels.dtype
+    assert pixels.min() <= uniform.min() and uniform.max() <= pixels.max()
+    assert abs(float(uniform.var()) - float(pixels.max() - pixels.min()) ** 2 / 12) < 0.005, "uniform's variance"
+    assert torch.equal(uniform, experiment.any_values_targets(pixels, "uniform")), "seeded"
+    with pytest.raises(ValueError, match="unknown arm 'noise'"):
+        experiment.any_values_targets(pixels, "noise")
+
+
+def _any_values_payload(permuted, uniform, image_passes=58, seeds=(61.4, 64.8)):
+    """A payload of the any-values claim: per arm ``(passes to 50 dB or None, best PSNR, PSNR of the mean)``."""
+    def row(passes, best, mean=None):
+        out = {"reach": {"author-train": {"epochs": passes}}, "best_train_psnr": best, "epochs": 100,
+               "psnr_by_epoch": [best * min(1, (e + 1) / 60) for e in range(100)]}
+        return out if mean is None else {**out, "mean_db": mean}
+
+    return {"rows": {"script/aggressive": row(image_passes, 61.4)},
+            "seeds": {"script/aggressive": [{"best_train_psnr": v} for v in seeds]},
+            "any_values": {"permuted": row(*permuted), "uniform": row(*uniform)}}
+
+
+@pytest.mark.parametrize("permuted, uniform, verdict", [
+    ((70, 55.0, 12.0), (90, 52.0, 11.0), "reproduced"),   # both reach 50 dB within the run
+    ((70, 55.0, 12.0), (None, 40.0, 11.0), "partly"),     # one falls short, both fit 99% of their variance
+    ((70, 55.0, 12.0), (None, 25.0, 11.0), "not reproduced")])  # uniform values fitted less than that
+def test_any_assignment_of_values_is_judged_in_passes_to_50_db_with_the_image_beside(permuted, uniform, verdict):
+    claim = next(c for c in experiment.CLAIMS if c.key == "sbsnn-author-encoder-any-values")
+    measured, got = claim.evaluate(_any_values_payload(permuted, uniform))
+    assert got == verdict
+    assert "the image pass 58" in measured and "after the image fit's 58 passes" in measured
+    assert claim.source == "check" and claim.text.startswith("The book's reading")
+
+
+def test_the_any_values_claim_reads_not_yet_run_without_its_units_and_provisional_near_a_bar():
+    from gmp.ledger import NotYetRun
+
+    claim = next(c for c in experiment.CLAIMS if c.key == "sbsnn-author-encoder-any-values")
+    payload = _any_values_payload((70, 55.0, 12.0), (90, 52.0, 11.0))
+    del payload["any_values"]["uniform"]
+    with pytest.raises(NotYetRun, match="no unit anyvalues-uniform"):
+        claim.evaluate(payload)
+    assert claim.provisional(_any_values_payload((70, 55.0, 12.0), (90, 52.0, 11.0))).startswith("one seed")
+    assert claim.provisional(_any_values_payload((70, 55.0, 12.0), (90, 55.0, 11.0))) == ""  # 3.4 dB clear of both bars
+
+
+def test_the_any_values_units_come_last_and_journal_the_script_networks_fit_at_smoke_scale():
+    cfg = gmp.load_config("sbsnn_author", "smoke")
+    store = gmp.results.Store("sbsnn_author", cfg)
+    units = experiment.units(cfg, store, 0, "cpu")
+    keys = experiment.units_keys(cfg, 0)
+    assert list(units) == keys and keys[-2:] == ["anyvalues-permuted-0", "anyvalues-uniform-0"]
+    done = {key: store.memo(key, units[key]) for key in ["readme-aggressive-0", *keys[-2:]]}
+    arms = experiment.summary(cfg, done, 0)["any_values"]
+    assert set(arms) == {"permuted", "uniform"} and all(len(a["psnr_by_epoch"]) == cfg.epochs["aggressive"]
+                                                         for a in arms.values())
+    image = experiment.data(cfg)[1]
+    assert arms["permuted"]["mean_db"] == pytest.approx(10 * math.log10(1 / float(image.double().var(unbiased=False))))
+
+
+def test_fig5_under_the_authors_protocol_is_the_frame_after_the_text_readings_updates_in_mini_batches():
+    from gmp.experiments import sbsnn_author_figs as figs
+    from gmp.experiments import sbsnn_encoders
+
+    assert figs.FIG5_UPDATES == gmp.load_config("sbsnn_encoders", "paper").fig5_step
+    cfg = gmp.load_config("sbsnn_author_figs", "smoke")
+    unit = figs.fig5_fit(cfg, 0, "cpu")
+    assert unit["updates"] == figs.FIG5_UPDATES and unit["pixels_seen"] == figs.FIG5_UPDATES * cfg.batch_size
+    frames = {e: np.asarray(unit["frames"][e]) for e in figs.FIG6_ENCODERS}
+    assert all(f.shape == (cfg.side, cfg.side) and np.isfinite(f).all() for f in frames.values())
+    assert not np.allclose(frames["nerf"], frames["rotated"]), "the encoders differ"
+    payload = figs.fig5_summary(cfg, {"fig5-0": unit})
+    claim = next(c for c in figs.CLAIMS if c.key == "sbsnn-fig5-lines-author")
+    measured, verdict = claim.evaluate({"fig5": payload})
+    assert verdict == sbsnn_encoders._fig5_check(payload)[1], "the text reading's rule, on these frames"
+    assert measured.startswith(f"after {figs.FIG5_UPDATES} mini-batch updates of {cfg.batch_size} pixels")
+    arrays = figs.fig5_frames(figs.fig5_arrays(cfg, {"fig5-0": unit}))
+    assert set(arrays) == {"frame_nerf", "frame_rotated", "target"}
+    assert np.allclose(arrays["frame_nerf"], 2 * frames["nerf"] - 1, atol=1e-6), "drawn on [-1, 1]"
+    assert figs.curves_from_arrays(figs.fig5_arrays(cfg, {"fig5-0": unit}), "fig6") == {}, "not a PSNR curve"
+
+
+def test_fig5s_rule_calls_lines_along_one_coordinate_reproduced_and_reads_not_yet_run_without_the_frames():
+    from gmp.experiments import sbsnn_author_figs as figs
+    from gmp.ledger import NotYetRun
+
+    cfg = gmp.load_config("sbsnn_author_figs", "smoke")
+    target = experiment.data(cfg)[1].reshape(cfg.side, cfg.side).double().numpy()
+    lines = target + 0.5 * np.sin(np.arange(cfg.side) * 2.1)[None, :]  # stripes that depend on one coordinate
+    rng = np.random.default_rng(0)
+    unit = {"updates": 20, "pixels_seen": 640, "activation": "sin",
+            "frames": {"nerf": lines.tolist(), "rotated": (target + 0.01 * rng.standard_normal(target.shape)).tolist()}}
+    claim = next(c for c in figs.CLAIMS if c.key == "sbsnn-fig5-lines-author")
+    assert claim.evaluate({"fig5": figs.fig5_summary(cfg, {"fig5-0": unit})})[1] == "reproduced"
+    swapped = {**unit, "frames": {"nerf": unit["frames"]["rotated"], "rotated": unit["frames"]["nerf"]}}
+    assert claim.evaluate({"fig5": figs.fig5_summary(cfg, {"fig5-0": swapped})})[1] == "not reproduced"
+    with pytest.raises(NotYetRun, match="no unit fig5"):
+        claim.evaluate({"fig5": None})
+    assert "sbsnn-fig5-lines" in claim.rule and figs.FIG5_RULE in claim.rule

@@ -1,4 +1,4 @@
-"""Experiment of the chapter book/part3/sbsnn_author_figs.md: Figs. 4 and 6 of the SBSNN paper under
+"""Experiment of the chapter book/part3/sbsnn_author_figs.md: Figs. 4, 5 and 6 of the SBSNN paper under
 its author's protocol (epochs of mini-batches of 32, [0, 1] targets, his encoder, no biases,
 Keras's Adam and plateau rule), beside SIREN under the same protocol."""
 
@@ -133,7 +133,7 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
     if cfg.get("more_seeds"):
         out.update({f"fig4seeds-{a}-{seed}": fig4_seeds(a) for a in seeded_fig4(cfg)})
         out.update({f"fig6seeds-{a}-{e}-{seed}": fig6_seeds(a, e) for a in cfg.fig6 for e in FIG6_ENCODERS})
-    out[f"fig5-{seed}"] = lambda: fig5_frames(cfg, seed, device)
+    out[f"fig5-{seed}"] = lambda: fig5_fit(cfg, seed, device)
     return out
 
 
@@ -145,7 +145,7 @@ FIG5_ACTIVATION = "sin"
 """The activation of Fig. 5's networks (``fig5_activation`` of ``sbsnn_encoders``)."""
 
 
-def fig5_frames(cfg, seed: int, device) -> dict[str, Any]:
+def fig5_fit(cfg, seed: int, device) -> dict[str, Any]:
     """Fig. 5 under the author's protocol: Fig. 6's :data:`FIG5_ACTIVATION` networks with his axis-aligned and
     rotated encoders (same seed, so the same initial weights and pixel order), after :data:`FIG5_UPDATES` updates
     of the figure's Adam and rate on mini-batches of ``batch_size`` pixels; the predicted image of each, on the
@@ -190,16 +190,44 @@ def fig5_summary(cfg, units_done: Mapping[str, Any]) -> dict[str, Any] | None:
             "activation": unit["activation"], "frames": frames}
 
 
+FIG5_ARRAYS = "fig5__"
+"""The prefix of Fig. 5's arrays among the chapter's saved arrays (:func:`fig5_arrays`)."""
+
+
 def fig5_arrays(cfg, units_done: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Fig. 5's frames and the target on ``sbsnn_encoders``' [-1, 1] scale for its ``plot_fig5``
-    (``frame_nerf``, ``frame_rotated``, ``target``); empty when the ``fig5-`` unit is not journalled."""
+    """Fig. 5's frames and the target on ``sbsnn_encoders``' [-1, 1] scale, for ``Store.save`` beside
+    :func:`to_arrays` (keys :data:`FIG5_ARRAYS` + ``frame_nerf``, ``frame_rotated``, ``target``); empty when the
+    ``fig5-`` unit is not journalled. :func:`fig5_frames` reads them back for ``plot_fig5``."""
     unit = next((value for key, value in units_done.items() if key.startswith("fig5-")), None)
     if unit is None:
         return {}
     _, pixels = data(cfg)
     out = {f"frame_{e}": 2 * np.asarray(unit["frames"][e], dtype=np.float32) - 1 for e in FIG6_ENCODERS}
     out["target"] = 2 * pixels.reshape(cfg.side, cfg.side).numpy().astype(np.float32) - 1
-    return out
+    return {FIG5_ARRAYS + key: value for key, value in out.items()}
+
+
+def fig5_frames(arrays: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+    """The arrays of ``sbsnn_encoders``' ``plot_fig5`` from :func:`fig5_arrays` among ``arrays`` (None without them)."""
+    out = {key.removeprefix(FIG5_ARRAYS): value for key, value in (arrays or {}).items() if key.startswith(FIG5_ARRAYS)}
+    return out or None
+
+
+def fig5_reading(payload: Mapping[str, Any] | None) -> str:
+    """Fig. 5 under the author's protocol in the words of its rule: the axis shares of the early frames' spectra
+    against the image's, and what they show."""
+    fig5 = (payload or {}).get("fig5")
+    if fig5 is None:
+        return "Fig. 5 under the author's protocol has not run yet."
+    frames = fig5["frames"]
+    nerf, rotated = frames["nerf"]["axis_energy_frame"], frames["rotated"]["axis_energy_frame"]
+    target = frames["target"]["axis_energy_frame"]
+    order = ("more" if nerf > rotated else "less") + " of its spectrum on the two axes than the rotated one's"
+    excess = ("above" if nerf > target else "below") + " the image's own share"
+    return (f"After {fig5['step']} mini-batch updates ({fig5['pixels_seen']:,} of the {fig5['side'] ** 2:,} pixels "
+            f"seen), the axis-aligned encoder's frame has {nerf:.3f} of its spectral energy on the two frequency axes "
+            f"and the rotated encoder's {rotated:.3f}: the axis-aligned frame puts {order}, and lies {excess} "
+            f"({target:.3f}).")
 
 
 def units_keys(cfg, seed: int) -> list[str]:
@@ -352,6 +380,8 @@ def curves_from_arrays(arrays: Mapping[str, np.ndarray], figure: str) -> dict[st
     """The PSNR curves of :func:`plot_figure` for ``figure`` from :func:`to_arrays`."""
     out: dict[str, dict[str, np.ndarray]] = {}
     for key, values in arrays.items():
+        if key.startswith(FIG5_ARRAYS):
+            continue
         fig, net, variant, which = key.split("__")
         if fig == figure:
             out.setdefault(f"{net}/{variant}", {})[which] = values
