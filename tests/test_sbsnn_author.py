@@ -523,3 +523,49 @@ def test_fig5s_rule_calls_lines_along_one_coordinate_reproduced_and_reads_not_ye
     with pytest.raises(NotYetRun, match="no unit fig5"):
         claim.evaluate({"fig5": None})
     assert "sbsnn-fig5-lines" in claim.rule and figs.FIG5_RULE in claim.rule
+
+
+def test_the_plateau_runs_are_queued_for_a_gpu_at_paper_scale_only_and_come_last():
+    from gmp import config, gpu
+
+    queued = gpu.unit_config("sbsnn_author", "paper")
+    assert queued.digest != gmp.load_config("sbsnn_author", "paper").digest, "their own journal, the cache stays current"
+    keys = experiment.units_keys(queued, 0)
+    assert keys[-4:] == [f"plateau-{n}-0" for n in experiment.PLATEAU_NETWORKS]
+    assert keys[:-4] == experiment.units_keys(gmp.load_config("sbsnn_author", "paper"), 0), "today's units unchanged"
+    assert not any(k.startswith("plateau-") for k in experiment.units_keys(gmp.load_config("sbsnn_author", "small"), 0))
+    cfg = gmp.load_config("sbsnn_author", "smoke")
+    tiny = config.Config("sbsnn_author", "smoke", {**cfg.as_dict(), "plateau_epochs": 2, "plateau_steps": 3})
+    store = gmp.results.Store("sbsnn_author", tiny)
+    units = experiment.units(tiny, store, 0, "cpu")
+    done = {f"plateau-{n}-0": store.memo(f"plateau-{n}-0", units[f"plateau-{n}-0"]) for n in experiment.PLATEAU_NETWORKS}
+    runs = experiment.plateau_summary(done, 0)
+    assert runs["siren"]["passes"] == 3 and all(runs[n]["passes"] == 2 for n in experiment.SBSNN_FAMILY)
+    assert EpochCurves.from_json(done["plateau-siren-0"]).updates_per_epoch == 1, "full batch: one update per pass"
+
+
+def _plateau_payload(siren, family, gain=0.1):
+    runs = {"siren": {"best_train_psnr": siren, "passes": 50_000, "tail_gain": gain}}
+    runs.update({name: {"best_train_psnr": db, "passes": 1100, "tail_gain": 0.0}
+                 for name, db in zip(experiment.SBSNN_FAMILY, family)})
+    return {"plateau": runs}
+
+
+@pytest.mark.parametrize("family, verdict", [((90, 80, 75), "reproduced"), ((90, 60, 75), "partly"),
+                                             ((60, 60, 65), "not reproduced")])
+def test_higher_accuracy_is_judged_by_each_runs_best_psnr_at_its_plateau_against_sirens(family, verdict):
+    from gmp.ledger import NotYetRun
+
+    claim = next(c for c in experiment.CLAIMS if c.key == "sbsnn-abstract-higher-accuracy")
+    assert claim.evaluate(_plateau_payload(70.0, family))[1] == verdict
+    assert claim.provisional(_plateau_payload(70.0, family)) == ""
+    assert claim.provisional(_plateau_payload(70.0, family, gain=0.5)).startswith("not at its plateau: the best PSNR of siren")
+    with pytest.raises(NotYetRun, match="plateau runs of siren, sin, triangle, abs_sin"):
+        claim.evaluate({"plateau": {}})
+
+
+def test_a_plateau_runs_tail_gain_is_the_rise_of_its_best_psnr_over_its_last_tenth():
+    mse = np.array([10 ** (-db / 10) for db in [10, 20, 30, 40, 45, 44, 46, 46, 46, 47.5]])
+    fit = EpochCurves(mse, mse, None, np.full(10, 1e-3), np.arange(10.0), 1, 1.0, None)
+    runs = experiment.plateau_summary({"plateau-sin-0": fit.to_json()}, 0)
+    assert runs["sin"]["best_train_psnr"] == pytest.approx(47.5) and runs["sin"]["tail_gain"] == pytest.approx(1.5)

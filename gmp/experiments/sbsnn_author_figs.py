@@ -138,8 +138,10 @@ def units(cfg, store, seed: int, device) -> dict[str, Callable[[], dict[str, Any
 
 
 FIG5_UPDATES = ENCODER_CONFIG["paper"]["fig5_step"]
-"""Fig. 5's early frame under the author's protocol, in mini-batch Adam updates: the Adam updates of the text
-reading's early frame (``fig5_step`` of ``sbsnn_encoders`` at paper scale), fixed before the run."""
+"""Fig. 5's early frame under the author's protocol, in mini-batch Adam updates.
+
+As many as the Adam updates of the text reading's early frame (``fig5_step`` of ``sbsnn_encoders`` at paper scale),
+fixed before the run."""
 
 FIG5_ACTIVATION = "sin"
 """The activation of Fig. 5's networks (``fig5_activation`` of ``sbsnn_encoders``)."""
@@ -227,7 +229,8 @@ def fig5_reading(payload: Mapping[str, Any] | None) -> str:
     return (f"After {fig5['step']} mini-batch updates ({fig5['pixels_seen']:,} of the {fig5['side'] ** 2:,} pixels "
             f"seen), the axis-aligned encoder's frame has {nerf:.3f} of its spectral energy on the two frequency axes "
             f"and the rotated encoder's {rotated:.3f}: the axis-aligned frame puts {order}, and lies {excess} "
-            f"({target:.3f}).")
+            f"({target:.3f}). Their errors have {frames['nerf']['axis_energy_error']:.3f} and "
+            f"{frames['rotated']['axis_energy_error']:.3f} of theirs on the axes.")
 
 
 def units_keys(cfg, seed: int) -> list[str]:
