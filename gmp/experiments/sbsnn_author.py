@@ -1627,8 +1627,8 @@ def any_values_reading(payload: Mapping[str, Any] | None) -> str:
 
     fitted = [arm for arm, row in arms.items() if row["reach"]["author-train"]["epochs"] is not None]
     outcome = ("it fits every one of these assignments to that accuracy, as it fits the image" if len(fitted) == len(arms)
-               else "it fits neither assignment to that accuracy in these passes, so the speed on the image comes from "
-                    "the image's own structure, not from a lookup of arbitrary values" if not fitted
+               else "it fits neither assignment to that accuracy in these passes and under this schedule, so its speed "
+                    "on the image rests on the image's own structure, not on a lookup of arbitrary values" if not fitted
                else f"of these assignments it fits only {' and '.join(ANY_VALUES[a] for a in fitted)} to that accuracy")
     return (f"fitted as in the README's aggressive run, the script's network {reached(image)} on the image (best "
             f"{image['best_train_psnr']:.1f} dB); on " + "; on ".join(
