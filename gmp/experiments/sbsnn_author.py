@@ -310,7 +310,9 @@ below an MSE of 1e-4 Keras's plateau rule halves the rate every 40 epochs, so af
 stopped moving), and ``plateau_steps``, SIREN's full-batch steps (five times the 10,000 of SIREN's paper). On this
 project's CPU that is about 2 hours for the three SBSNNs (2.4 s per network-epoch in the ``seeds-fig7-sin`` unit) and
 12 for SIREN (0.84 s per full-batch step in ``siren-fullbatch``), so they wait for a GPU, kept out of ``CONFIG``
-meanwhile so that the chapter's cache stays current; the smoke and small scales do not run them."""
+meanwhile so that the chapter's cache stays current (:func:`gmp.gpu.unit_config` journals them under the digest of
+the config with them). Once all four are journalled, the settings move into ``CONFIG`` and the chapter's run
+carries the cached units over. The smoke and small scales do not run them."""
 
 
 ANY_VALUES = {"permuted": "the image's pixels under a fixed random permutation of their positions",
