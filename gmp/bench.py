@@ -269,8 +269,8 @@ def stacked(depth: int = 200, width: int = 500, batch: int = 64, in_features: in
     """Training steps of the depth-``depth`` networks of ``lu_real`` (the first author's protocol)
     one at a time and stacked, measured in one run on ``device``.
 
-    Rows: the one-network trainer (:class:`gmp.experiments.lu_real.Training`: ``torch.optim.SGD``
-    foreach) and :class:`gmp.experiments.lu_real.StackedTraining` with each number of networks
+    Rows: the one-network trainer (:class:`gmp.experiments.lu_real.training.Training`: ``torch.optim.SGD``
+    foreach) and :class:`gmp.experiments.lu_real.stacked.StackedTraining` with each number of networks
     in ``stacks`` (on CUDA with the step captured in a CUDA graph, fused SGD and compiled
     activations, falling back to fewer of these when one fails; the row says which ran). Each
     time is the mean of ``steps`` steps after two warm-up steps. GFLOP/s counts the square
@@ -458,7 +458,7 @@ class _CompiledKernelCounter(_KernelCounter):
 def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[int, int] = (2, 6), width: int = 500,
                   batch: int = 64, in_features: int = 784, compile: bool = False) -> dict[str, float]:
     """Kernels and bytes of one training step of ``lu_real``'s networks ``labels`` (with BN when
-    ``batchnorm``) stacked by :class:`gmp.experiments.lu_real.StackedTraining`, counted on the CPU by
+    ``batchnorm``) stacked by :class:`gmp.experiments.lu_real.stacked.StackedTraining`, counted on the CPU by
     :class:`_KernelCounter` (eager) or, with ``compile``, :class:`_CompiledKernelCounter` (the
     element-wise work compiled, as the GPU command runs it), per square layer: the difference
     between the counts at the two ``depths``, divided by their difference (the bottom and top

@@ -88,7 +88,7 @@ def test_only_the_chaotic_networks_amplify_a_change_of_summation_order():
     """Reversing the rows of every mini-batch changes only the order of the sums: the non-chaotic
     networks of the test above keep their losses to 1e-12 over three float64 steps, ReLU-GPN-BN's
     moves by more than 1e-4 by the third (2% and 9% with 2 threads and 1 on one processor)."""
-    from gmp.experiments.lu_real_sensitivity import order_sensitivity
+    from gmp.experiments.lu_real.sensitivity import order_sensitivity
 
     batches = _batches()
     x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
@@ -169,8 +169,8 @@ def test_a_checkpoint_is_read_onto_the_cpu_and_then_moved(tmp_path, monkeypatch)
     training.run_epoch(train, test, False)
     training.save(tmp_path / "net.pt")
     seen = []
-    original = lu_real.load_checkpoint
-    monkeypatch.setattr(lu_real, "load_checkpoint", lambda path, map_location, keys: seen.append(map_location)
+    original = lu_real.training.load_checkpoint
+    monkeypatch.setattr(lu_real.training, "load_checkpoint", lambda path, map_location, keys: seen.append(map_location)
                         or original(path, map_location=map_location, keys=keys))
     lu_real.Training("Tanh", False, 5, cfg).resume(tmp_path / "net.pt")
     assert seen == ["cpu"]
