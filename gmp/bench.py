@@ -358,7 +358,7 @@ COMPILED_COUNT: dict[bool, tuple[float, float]] = {False: (10, 9.88e6), True: (1
 compiled stacked step without (``False``) and with BN (``True``), as ``python -m gmp.bench --stacked
 --count`` printed them on 2026-11-27 (torch 2.14.1, twelve networks, width :data:`COUNT_WIDTH`,
 batch 64, float32): the model by which the GPU command sizes its group before its probe corrects
-it (:func:`gmp.gpu.predicted_networks`). Recount after changing the stacked step."""
+it (:func:`gmp.gpu.lu_real.predicted_networks`). Recount after changing the stacked step."""
 
 _NO_KERNEL = frozenset({"empty", "empty_strided", "empty_like", "lift_fresh", "_local_scalar_dense", "detach",
                         "alias", "_unsafe_view", "set_", "resize_", "_to_copy_meta"})
