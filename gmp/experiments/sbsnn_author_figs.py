@@ -45,7 +45,7 @@ stack of these seeds fitted for ``compare_epoch`` epochs, the paper's "around 50
 
 They are out of reach of a 2-core CPU (about 4.5 hours for Fig. 4's three networks and 20 for Fig. 6's fourteen),
 so a GPU lease computes them, one unit after another, into the journal of the config with them
-(:func:`gmp.gpu.units.unit_config`); kept out of ``CONFIG`` meanwhile, so that the chapter's cache stays current. Once
+(:func:`gmp.gpu.unit_config`); kept out of ``CONFIG`` meanwhile, so that the chapter's cache stays current. Once
 every such unit is journalled, they move into ``CONFIG`` and the chapter's run carries the cached units over
 (:func:`gmp.results.carry`). The smoke and small scales fit ``more_seeds`` in the chapter itself."""
 

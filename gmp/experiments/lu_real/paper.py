@@ -1,10 +1,10 @@
 """What Section 3.2 of Lu et al. sets and reports, the scales the book runs it at, and the names of its runs.
 
-The paper's set-up (:data:`PAPER`, ``"setup"``): depth-200, width-500 networks with row-normalised square
+The paper's set-up (``PAPER``, ``"setup"``): depth-200, width-500 networks with row-normalised square
 weights ``W = (v_i/||v_i||)_i`` (Eq. (55)), one unconstrained layer at the bottom and one at the top, SGD
 with momentum 0.5, batch 64, learning rate 1e-4, 50 epochs (MNIST) / 100 epochs (CIFAR-10), six activations
 and their GPN versions, each with and without batch normalisation ("-BN"). Table 2's accuracies are typed
-here once, as the paper's (:data:`PAPER`, ``"table2"``). :data:`CONFIG` gives the book's scales of that
+here once, as the paper's (``PAPER``, ``"table2"``). ``CONFIG`` gives the book's scales of that
 set-up: the paper's at ``paper``, stand-in data (MNIST-1D, scikit-learn's 8x8 digits) and a reduced depth,
 width and length of training below it.
 """
