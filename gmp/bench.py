@@ -269,8 +269,8 @@ def stacked(depth: int = 200, width: int = 500, batch: int = 64, in_features: in
     """Training steps of the depth-``depth`` networks of ``lu_real`` (the first author's protocol)
     one at a time and stacked, measured in one run on ``device``.
 
-    Rows: the one-network trainer (:class:`gmp.experiments.lu_real.Training`: ``torch.optim.SGD``
-    foreach) and :class:`gmp.experiments.lu_real.StackedTraining` with each number of networks
+    Rows: the one-network trainer (:class:`gmp.experiments.lu_real.training.Training`: ``torch.optim.SGD``
+    foreach) and :class:`gmp.experiments.lu_real.stacked.StackedTraining` with each number of networks
     in ``stacks`` (on CUDA with the step captured in a CUDA graph, fused SGD and compiled
     activations, falling back to fewer of these when one fails; the row says which ran). Each
     time is the mean of ``steps`` steps after two warm-up steps. GFLOP/s counts the square
@@ -358,7 +358,7 @@ COMPILED_COUNT: dict[bool, tuple[float, float]] = {False: (10, 9.88e6), True: (1
 compiled stacked step without (``False``) and with BN (``True``), as ``python -m gmp.bench --stacked
 --count`` printed them on 2026-11-27 (torch 2.14.1, twelve networks, width :data:`COUNT_WIDTH`,
 batch 64, float32): the model by which the GPU command sizes its group before its probe corrects
-it (:func:`gmp.gpu.predicted_networks`). Recount after changing the stacked step."""
+it (:func:`gmp.gpu.lu_real.predicted_networks`). Recount after changing the stacked step."""
 
 _NO_KERNEL = frozenset({"empty", "empty_strided", "empty_like", "lift_fresh", "_local_scalar_dense", "detach",
                         "alias", "_unsafe_view", "set_", "resize_", "_to_copy_meta"})
@@ -458,7 +458,7 @@ class _CompiledKernelCounter(_KernelCounter):
 def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[int, int] = (2, 6), width: int = 500,
                   batch: int = 64, in_features: int = 784, compile: bool = False) -> dict[str, float]:
     """Kernels and bytes of one training step of ``lu_real``'s networks ``labels`` (with BN when
-    ``batchnorm``) stacked by :class:`gmp.experiments.lu_real.StackedTraining`, counted on the CPU by
+    ``batchnorm``) stacked by :class:`gmp.experiments.lu_real.stacked.StackedTraining`, counted on the CPU by
     :class:`_KernelCounter` (eager) or, with ``compile``, :class:`_CompiledKernelCounter` (the
     element-wise work compiled, as the GPU command runs it), per square layer: the difference
     between the counts at the two ``depths``, divided by their difference (the bottom and top

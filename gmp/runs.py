@@ -78,12 +78,28 @@ def git_commit(root: Path) -> str:
     return commit + ("+dirty" if dirty else "")
 
 
+def device_name(device: torch.device | str) -> str:
+    """The device: ``"cpu"`` or ``"cuda (<GPU name>)"``, as a journal entry records it (its ``device``)."""
+    device = torch.device(device)
+    return f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
+
+
+def precision(dtype: torch.dtype = torch.float32) -> str:
+    """The arithmetic: the dtype and whether CUDA's matrix products may use TF32
+    (``torch.backends.cuda.matmul.allow_tf32``), ``"float32, TF32 off"``, as a journal entry records it
+    (its ``precision``)."""
+    return f"{str(dtype).removeprefix('torch.')}, TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}"
+
+
 def describe_device(device: torch.device) -> str:
-    """The device as provenance records it; on CUDA with its precision (TF32 on or off)."""
-    if device.type == "cuda":
-        tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32
-        return f"cuda ({torch.cuda.get_device_name(device)}), float32 with TF32 {'on' if tf32 else 'off'}"
-    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+    """The device as a run's provenance records it: :func:`device_name` with, on a CPU, the machine and its
+    cores, and on CUDA the :func:`precision` of float32, naming cuDNN's TF32 where it differs from the matrix
+    products' (:func:`gmp.config.resolve_device` turns both off)."""
+    if device.type != "cuda":
+        return f"{device_name(device)} ({platform.machine()}, {os.cpu_count()} cores)"
+    cudnn = torch.backends.cudnn.allow_tf32
+    text = f"{device_name(device)}, {precision()}"
+    return text if cudnn == torch.backends.cuda.matmul.allow_tf32 else f"{text}, cuDNN TF32 {'on' if cudnn else 'off'}"
 
 
 UNITS_FILE = "units.jsonl.gz"

@@ -78,7 +78,7 @@ def test_resolving_a_cuda_device_turns_tf32_off(monkeypatch):
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
         from gmp.runs import describe_device
 
-        assert describe_device(torch.device("cuda")).endswith("float32 with TF32 off")
+        assert describe_device(torch.device("cuda")).endswith("), float32, TF32 off")
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = True

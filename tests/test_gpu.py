@@ -60,9 +60,33 @@ def test_within_return_limits_removes_checkpoints_too_big_or_too_many(tmp_path):
     for unit in ("u1", "u2", "u3"):
         (out / "a" / "_partial" / f"smoke-0.{unit}.pt").write_bytes(b"")
     (out / "a" / "_partial" / "smoke-0.big.pt").write_bytes(b"x" * (gpu.RETURN_BYTES + 1))
-    assert gpu._within_return_limits(out) == ["a/_partial/smoke-0.big.pt: over 16 MiB",
+    assert gpu.files.within_return_limits(out) == ["a/_partial/smoke-0.big.pt: over 16 MiB",
                                                "a/_partial/smoke-0.u3.pt: more than 8 files"]
     assert gpu.return_problems(out) == [] and len(list(out.glob("a/_partial/*.pt"))) == 2
+
+
+def test_merge_reads_each_checkpoint_once(tmp_path, monkeypatch):
+    """``merge`` reads a returned checkpoint and the repository's checkpoint of the same unit once each (it read
+    the repository's twice: once to compare the epochs, again to say which it kept), and keeps the furthest."""
+    import torch
+
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    digest = gpu.unit_config("sbsnn_author_figs", "smoke").digest
+    partial = tmp_path / "out" / "sbsnn_author_figs" / "_partial"
+    partial.mkdir(parents=True)
+    torch.save({"epoch": 3}, partial / f"smoke-{digest}.fig4seeds-triangle-0.pt")
+    repo = tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}" / "fig4seeds-triangle-0.pt"
+    repo.parent.mkdir(parents=True)
+    torch.save({"epoch": 30}, repo)
+    reads = []
+    original = torch.load
+    monkeypatch.setattr(torch, "load", lambda path, *args, **kwargs: reads.append(Path(path).name) or original(
+        path, *args, **kwargs))
+    assert gpu.merge(tmp_path / "out") == []
+    assert sorted(reads) == ["fig4seeds-triangle-0.pt", f"smoke-{digest}.fig4seeds-triangle-0.pt"]
+    assert original(repo)["epoch"] == 30
 
 
 def test_merge_changes_nothing_when_a_returned_checkpoint_is_damaged(tmp_path, monkeypatch):
@@ -84,7 +108,7 @@ def test_merge_changes_nothing_when_a_returned_checkpoint_is_damaged(tmp_path, m
     assert not (tmp_path / "repo").exists()
     (partial / f"smoke-{digest}.fig6seeds-sin-nerf-0.pt").unlink()
     assert gpu.merge(tmp_path / "out") == ["fig4seeds-sin-0"]
-    assert gpu._checkpoint_epoch(tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}"
+    assert gpu.returned._checkpoint_epoch(tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}"
                                  / "fig4seeds-triangle-0.pt") == 4
 
 
@@ -100,7 +124,7 @@ def test_the_stacked_second_job_probes_and_when_it_fails_leaves_every_unit_to_th
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     keys = ["fig4seeds-sin-0", "fig6seeds-sin-nerf-0", "fig6seeds-gpn_relu-rotated-0"]
-    monkeypatch.setattr(gpu, "missing_units", lambda chapter, scale, seed=0: keys)
+    monkeypatch.setattr(gpu.units, "missing_units", lambda chapter, scale, seed=0: keys)
     out = tmp_path / "out"
     probed = gpu.compute_units_stacked(out, ["sbsnn_author_figs"], "smoke", "cpu", time.monotonic() + 120,
                                        probe_only=True)
@@ -132,7 +156,7 @@ def test_the_stacked_second_job_journals_each_unit_as_the_unit_by_unit_path_does
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     keys = ["fig4seeds-sin-0", "fig6seeds-sin-nerf-0", "fig6seeds-gpn_relu-rotated-0", "sirenschedule-0"]
-    monkeypatch.setattr(gpu, "missing_units", lambda chapter, scale, seed=0: keys)
+    monkeypatch.setattr(gpu.units, "missing_units", lambda chapter, scale, seed=0: keys)
     stacked = gpu.compute_units_stacked(tmp_path / "a", ["sbsnn_author_figs"], "smoke", "cpu", time.monotonic() + 120)
     assert list(stacked["done"]) == [f"sbsnn_author_figs/{key}" for key in keys] and stacked["not_stacked"] == {}
     gpu.compute_units(tmp_path / "b", "sbsnn_author_figs", "smoke", "cpu", time.monotonic() + 120)

@@ -9,7 +9,7 @@ import torch
 import gmp
 from gmp.config import Config
 from gmp.experiments import lu_real
-from gmp.results import STAGING_ENV, Store
+from gmp.results import PARTLY, STAGING_ENV, Store
 
 
 def _cfg(**changes):
@@ -89,7 +89,7 @@ def test_a_replay_that_does_not_give_the_journalled_epochs_stops(tmp_path):
 
 def _run(cfg, staging, monkeypatch):
     monkeypatch.setenv(STAGING_ENV, str(staging))
-    monkeypatch.setattr(lu_real, "load_split", lambda dataset, train, max_rows=None: _data()[0 if train else 1])
+    monkeypatch.setattr(lu_real.runs, "load_split", lambda dataset, train, max_rows=None: _data()[0 if train else 1])
     return lu_real.run(cfg, Store("lu_real", cfg), "cpu", 0)
 
 
@@ -238,7 +238,7 @@ def test_the_stability_claim_of_an_unfinished_run_waits_for_the_bn_networks_and_
     assert payload is not None and payload["epochs_reached"]["mnist"] == {"no BN": 1, "BN": 1}
     measured, verdict = claim.check(payload)
     assert measured.startswith("4/6 GPN networks") and "epoch 1 of 50" in measured
-    assert verdict == lu_real.PARTLY  # 12 is not 10 x below 100; CIFAR-10 is not run
+    assert verdict == PARTLY  # 12 is not 10 x below 100; CIFAR-10 is not run
     assert "against batch normalisation" in claim.rule and "final" not in claim.rule
 
 

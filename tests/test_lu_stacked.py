@@ -88,7 +88,7 @@ def test_only_the_chaotic_networks_amplify_a_change_of_summation_order():
     """Reversing the rows of every mini-batch changes only the order of the sums: the non-chaotic
     networks of the test above keep their losses to 1e-12 over three float64 steps, ReLU-GPN-BN's
     moves by more than 1e-4 by the third (2% and 9% with 2 threads and 1 on one processor)."""
-    from gmp.experiments.lu_real_sensitivity import order_sensitivity
+    from gmp.experiments.lu_real.sensitivity import order_sensitivity
 
     batches = _batches()
     x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
@@ -169,8 +169,8 @@ def test_a_checkpoint_is_read_onto_the_cpu_and_then_moved(tmp_path, monkeypatch)
     training.run_epoch(train, test, False)
     training.save(tmp_path / "net.pt")
     seen = []
-    original = lu_real.load_checkpoint
-    monkeypatch.setattr(lu_real, "load_checkpoint", lambda path, map_location, keys: seen.append(map_location)
+    original = lu_real.training.load_checkpoint
+    monkeypatch.setattr(lu_real.training, "load_checkpoint", lambda path, map_location, keys: seen.append(map_location)
                         or original(path, map_location=map_location, keys=keys))
     lu_real.Training("Tanh", False, 5, cfg).resume(tmp_path / "net.pt")
     assert seen == ["cpu"]
@@ -331,7 +331,8 @@ def test_merge_adds_whole_networks_only_and_never_splices_two_runs(tmp_path, mon
     target.write_text(json.dumps(_entries("GELU", 1)[0] | {"seconds": 2.0}) + "\n")
     assert gpu.merge(tmp_path / "out", tmp_path / "repo") == [lu_real.epoch_key("digits", "ReLU", 0, 1)]
     assert [e["seconds"] for e in results.journal_entries(target)] == [2.0, 1.0]
-    assert gpu._whole(_entries("ReLU", 3, diverged_at=2), 3) and not gpu._whole(_entries("ReLU", 2), 3)
+    whole = gpu.returned._whole
+    assert whole(_entries("ReLU", 3, diverged_at=2), 3) and not whole(_entries("ReLU", 2), 3)
 
 
 def test_the_second_job_journals_the_missing_part3_units_whole_and_merge_adds_only_new_ones(tmp_path, monkeypatch):
@@ -436,7 +437,7 @@ def test_the_checkpoint_of_a_unit_cut_short_comes_back_and_merge_keeps_the_furth
     (scratch / "fig4seeds-triangle-0.lock").write_text("")
     (folder / ".staging-smoke" / "run-code").mkdir(parents=True)
     (folder / ".staging-smoke" / "run-code" / "1.json").write_text("{}")
-    gpu._keep_returned(folder)  # fig4seeds-sin-0 finished: its checkpoint does not come back
+    gpu.files.keep_returned(folder)  # fig4seeds-sin-0 finished: its checkpoint does not come back
     returned = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
     assert returned == ["_partial", f"_partial/smoke-{digest}.fig4seeds-triangle-0.pt",
                         f"_partial/smoke-{digest}.fig6seeds-sin-nerf-0.pt", f"_partial/smoke-{digest}.jsonl"]
@@ -447,8 +448,8 @@ def test_the_checkpoint_of_a_unit_cut_short_comes_back_and_merge_keeps_the_furth
     torch.save({"epoch": 30}, repo / "fig4seeds-triangle-0.pt")  # a CPU run got further
     assert gpu.merge(tmp_path / "out") == ["fig4seeds-sin-0"]
     assert sorted(p.name for p in repo.iterdir()) == ["fig4seeds-triangle-0.pt", "fig6seeds-sin-nerf-0.pt"]
-    assert gpu._checkpoint_epoch(repo / "fig4seeds-triangle-0.pt") == 30
-    assert gpu._checkpoint_epoch(repo / "fig6seeds-sin-nerf-0.pt") == 10
+    assert gpu.returned._checkpoint_epoch(repo / "fig4seeds-triangle-0.pt") == 30
+    assert gpu.returned._checkpoint_epoch(repo / "fig6seeds-sin-nerf-0.pt") == 10
     torch.save({"epoch": 1}, folder / "_partial" / "smoke-0000000000000000.fig4seeds-sin-0.pt")
     with pytest.raises(ValueError, match="written for config 0000000000000000"):
         gpu.merge(tmp_path / "out")
@@ -538,7 +539,7 @@ def test_the_gpu_command_probes_the_predicted_number_first_and_corrects_it(tmp_p
 
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
     monkeypatch.delenv(results.STAGING_ENV, raising=False)
-    monkeypatch.setattr(gpu, "predicted_networks", lambda *args: 2)
+    monkeypatch.setattr(gpu.lu_real, "predicted_networks", lambda *args: 2)
     cfg = gmp.load_config("lu_real", "smoke")
     summary = gpu.train_group(tmp_path / "out", cfg, "cpu", time.monotonic() + 600, 0, None)
     assert summary["predicted_networks"] == 2 and list(summary["probe_ms_per_step"]) == [2, 4]

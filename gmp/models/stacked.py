@@ -13,7 +13,7 @@ kernel launches. Every network keeps its own function exactly:
 * nothing is summed across networks but the loss, whose gradient with respect to one
   network's parameters is that network's own gradient.
 
-Trained by :class:`gmp.experiments.lu_real.StackedTraining`, the square layers take SGD with
+Trained by :class:`gmp.experiments.lu_real.stacked.StackedTraining`, the square layers take SGD with
 momentum in the backward pass (:meth:`StackedDeepMLP.update_in_backward`), so that their
 gradients are never formed: the fewest passes over each ``n x n`` weight.
 

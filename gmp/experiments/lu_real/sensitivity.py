@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from gmp.config import scaled
-from gmp.experiments.lu_real import Training, load_split
+
+from .training import Training, load_split
 
 SETTINGS = scaled(
     common=dict(labels=["ReLU-GPN-BN", "SELU-BN", "SELU", "Tanh-GPN"], steps=3),
@@ -51,7 +52,7 @@ def order_sensitivity(labels: Sequence[str], x: torch.Tensor, y: torch.Tensor, c
     """Relative change ``|L'_k - L_k| / |L_k|`` of each network's training loss at steps
     ``k = 0 .. steps-1`` when the rows of every mini-batch are reversed.
 
-    Each network (a run label, :func:`gmp.experiments.lu_real.run_label`) is built from
+    Each network (a run label, :func:`~gmp.experiments.lu_real.paper.run_label`) is built from
     ``seed`` as the chapter builds it and trained ``steps`` SGD steps on consecutive
     mini-batches of ``cfg["batch_size"]`` rows of ``(x, y)`` (the first rows, in order),
     twice: once as given and once with every mini-batch's rows reversed. Both runs compute the

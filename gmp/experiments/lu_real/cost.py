@@ -1,0 +1,71 @@
+"""What the paper-scale run of Table 2 costs: a measured step here, and an estimate of the whole run."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from torch import nn
+
+from .paper import PAPER
+from .training import build
+
+
+def step_seconds(width: int, depth: int, in_features: int, batch_size: int, device: torch.device | str = "cpu",
+                 steps: int = 3) -> float:
+    """Measured seconds per training step (forward, backward, SGD update) of a ReLU-GPN
+    network of Section 3.2 (row-normalised weights) after one warm-up step."""
+    cfg = {"width": width, "depth": depth, "weights": "row_normalized", "init": "default", "num_classes": 10}
+    model = build("ReLU-GPN", False, in_features, cfg, 0).to(device)
+    x = torch.randn(batch_size, in_features, device=device)
+    y = torch.randint(0, 10, (batch_size,), device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.5, foreach=True)
+    elapsed = 0.0
+    for i in range(steps + 1):
+        start = time.perf_counter()
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize()
+        if i:
+            elapsed += time.perf_counter() - start
+    return elapsed / steps
+
+
+PAPER_TRAIN_ROWS = {"mnist": 60_000, "cifar10": 50_000}
+"""Training-set sizes of MNIST and CIFAR-10."""
+
+
+def paper_updates() -> dict[str, int]:
+    """Mini-batch updates of one paper-scale network per data set: ``ceil(rows / batch) * epochs``."""
+    setup = PAPER["setup"]
+    return {d: math.ceil(n / setup["batch_size"]) * setup["epochs"][d] for d, n in PAPER_TRAIN_ROWS.items()}
+
+
+def paper_cost(layer_step_s: float, overhead_layer_step_s: float, gpu_tflops: float = 20.0,
+               activations: int = 6) -> dict[str, float]:
+    """An estimate of the cost of the paper-scale run of Table 2 (not a measurement of it).
+
+    Steps: training sets of 60,000 (MNIST) and 50,000 (CIFAR-10) images, batch 64
+    (``ceil`` steps per epoch), 50 / 100 epochs, 2 x ``activations`` variants x (with,
+    without BN) per data set. FLOPs: about ``6 * batch * width^2`` per square layer and step
+    (forward 2, backward 4). ``layer_step_s``: measured seconds per square layer and step
+    at width 500 on this CPU, giving the CPU time. On a GPU the time is at least the larger
+    of the FLOPs at ``gpu_tflops`` (an assumed sustained rate) and the host-side cost of
+    launching the layer's operations, taken as ``overhead_layer_step_s``, the measured
+    seconds per layer and step of a network so narrow that its arithmetic is negligible.
+    Per-epoch evaluation of the test set is not counted.
+    """
+    setup = PAPER["setup"]
+    runs_per_dataset = 2 * activations * 2
+    steps = sum(paper_updates().values()) * runs_per_dataset
+    layer_steps = steps * setup["depth"]
+    step_flops = 6 * setup["batch_size"] * setup["width"] ** 2 * setup["depth"]
+    flop_hours = steps * step_flops / (gpu_tflops * 1e12) / 3600
+    overhead_hours = layer_steps * overhead_layer_step_s / 3600
+    return {"steps": float(steps), "step_gflop": step_flops / 1e9, "total_pflop": steps * step_flops / 1e15,
+            "cpu_hours": layer_steps * layer_step_s / 3600, "gpu_flop_hours": flop_hours,
+            "gpu_overhead_hours": overhead_hours, "gpu_hours": max(flop_hours, overhead_hours),
+            "gpu_tflops": gpu_tflops}

@@ -1,0 +1,143 @@
+"""``python -m gmp.gpu OUT``: the command of one lease, and its ``merge``, ``units`` and ``stacked`` forms."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .chapters import smoke
+from .files import return_problems, within_return_limits, write_json
+from .lu_real import load_group, train_group
+from .returned import merge
+from .units import UNIT_CHAPTERS, compute_units, compute_units_stacked, stacked_units_job, units_job
+
+
+def environment(device: str) -> dict[str, Any]:
+    """The machine, torch and the precision flags, as ``OUT/gpu.json`` records them."""
+    info: dict[str, Any] = {"torch": torch.__version__, "python": sys.version.split()[0], "device": device,
+                            "cuda_available": torch.cuda.is_available(),
+                            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+                            "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+                            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+                            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "threads": torch.get_num_threads()}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", multiprocessors=props.multi_processor_count,
+                    memory_gib=round(props.total_memory / 2 ** 30, 1), cuda=torch.version.cuda)
+    return info
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["units"]:
+        parser = argparse.ArgumentParser(prog="python -m gmp.gpu units", description=compute_units.__doc__.split("\n")[0])
+        parser.add_argument("out", type=Path)
+        parser.add_argument("chapter", choices=UNIT_CHAPTERS)
+        parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
+        parser.add_argument("--device", default="cuda")
+        parser.add_argument("--seconds", type=float, required=True, help="time until the deadline")
+        parser.add_argument("--seed", type=int, default=0)
+        args = parser.parse_args(argv[1:])
+        compute_units(args.out, args.chapter, args.scale, args.device, time.monotonic() + args.seconds, args.seed)
+        return 0
+    if argv[:1] == ["stacked"]:
+        parser = argparse.ArgumentParser(prog="python -m gmp.gpu stacked",
+                                         description=compute_units_stacked.__doc__.split("\n")[0])
+        parser.add_argument("out", type=Path)
+        parser.add_argument("chapters", nargs="+", choices=UNIT_CHAPTERS)
+        parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
+        parser.add_argument("--device", default="cuda")
+        parser.add_argument("--seconds", type=float, required=True, help="time until the deadline")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--probe-only", action="store_true", help="predict each queue's time; train nothing")
+        args = parser.parse_args(argv[1:])
+        compute_units_stacked(args.out, args.chapters, args.scale, args.device, time.monotonic() + args.seconds,
+                              args.seed, args.probe_only)
+        return 0
+    if argv[:1] == ["merge"]:
+        parser = argparse.ArgumentParser(prog="python -m gmp.gpu merge", description=merge.__doc__.split("\n")[0])
+        parser.add_argument("out", type=Path)
+        args = parser.parse_args(argv[1:])
+        added = merge(args.out)
+        print(f"added {len(added)} journal entries")
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m gmp.gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="the folder whose contents come back (e.g. $OUT)")
+    parser.add_argument("--seconds", type=float, default=530, help="the whole command's deadline (default 530)")
+    parser.add_argument("--smoke-seconds", type=float, default=110, help="budget of the chapters' smoke run")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
+    parser.add_argument("--networks", type=int, default=None, help="networks per group (default: what fits)")
+    parser.add_argument("--skip-smoke", action="store_true")
+    parser.add_argument("--chapters", nargs="+", default=None, help="smoke only these chapters (default: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--units-seconds", type=float, default=0.0,
+                        help="seconds kept from the lu_real group for the Part III units (default 0: what it leaves)")
+    parser.add_argument("--units", nargs="*", default=list(UNIT_CHAPTERS), choices=UNIT_CHAPTERS,
+                        help="chapters of the second job (default: all of UNIT_CHAPTERS; none to skip it)")
+    parser.add_argument("--unit-by-unit", action="store_true",
+                        help="the second job without the stacked fit (each unit by itself, resumable)")
+    args = parser.parse_args(argv)
+    begin = time.monotonic()
+    deadline = begin + args.seconds - 30  # room to write the journal (one write) and the summary
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    summary: dict[str, Any] = {"environment": environment(args.device)}
+    print(json.dumps(summary["environment"], indent=1), flush=True)
+    write_json(out / "gpu.json", summary["environment"])
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        summary["error"] = "no CUDA device: nothing run"
+        write_json(out / "summary.json", summary)
+        print(summary["error"], flush=True)
+        return 2
+    group = None
+    try:  # the run's next group and its data first: missing data stops the command before the smoke run
+        from gmp import config
+
+        cfg = config.load("lu_real", args.scale)
+        group = load_group(cfg, args.seed)
+    except Exception:
+        summary["lu_real"] = {"error": traceback.format_exc()[-3000:]}
+    if not args.skip_smoke:
+        try:
+            summary["smoke"] = smoke(out, args.device, args.smoke_seconds, workers=min(8, os.cpu_count() or 1),
+                                     chapters=args.chapters)
+        except Exception:
+            summary["smoke"] = {"error": traceback.format_exc()[-2000:]}
+        write_json(out / "summary.json", summary)
+    if group is not None:
+        try:
+            summary["lu_real"] = train_group(out, cfg, args.device, deadline - args.units_seconds, args.seed,
+                                             args.networks, group)
+        except Exception:
+            summary["lu_real"] = {"error": traceback.format_exc()[-3000:]}
+        write_json(out / "summary.json", summary)
+    if args.units and not args.unit_by_unit:
+        try:
+            summary["units_stacked"] = stacked_units_job(out, args.units, args.scale, args.device, deadline, args.seed)
+        except Exception:
+            summary["units_stacked"] = {"error": traceback.format_exc()[-3000:]}
+        write_json(out / "summary.json", summary)
+    if args.units:
+        try:
+            summary["units"] = units_job(out, args.units, args.scale, args.device, deadline, args.seed)
+        except Exception:
+            summary["units"] = {"error": traceback.format_exc()[-3000:]}
+    summary["seconds"] = round(time.monotonic() - begin, 1)
+    write_json(out / "summary.json", summary)
+    summary["left_out"] = within_return_limits(out)
+    summary["return_problems"] = return_problems(out)
+    write_json(out / "summary.json", summary)
+    print(json.dumps({k: v for k, v in summary.items() if k != "environment"}, indent=1, default=str), flush=True)
+    return 0 if "error" not in summary["lu_real"] else 1

@@ -1,0 +1,132 @@
+"""What a lease brought back, merged into the repository's journals (``python -m gmp.gpu merge OUT``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .files import checkpoint_unjournalled
+from .units import unit_config
+
+
+def _whole(entries: Sequence[Mapping[str, Any]], epochs: int) -> bool:
+    """Whether a network's journal entries (epochs 1, 2, ... in order) are a whole run: all
+    ``epochs`` epochs, or every epoch up to one that diverged and only after-divergence ones after it."""
+    values = [e["value"] for e in entries]
+    if [v.get("epoch") for v in values] != list(range(1, len(values) + 1)):
+        return False
+    diverged = next((i for i, v in enumerate(values) if v.get("diverged")), None)
+    return len(values) == epochs and (diverged is None or all(v.get("after_divergence") for v in values[diverged + 1:]))
+
+
+def _journal_config(path: Path, chapter: str) -> Any:
+    """The config of ``chapter`` that the returned journal ``path`` (``<scale>-<digest>.jsonl``), or
+    checkpoint (``<scale>-<digest>.<unit>.pt``), was written for, today's or :func:`~gmp.gpu.units.unit_config`; a
+    ValueError when it is neither."""
+    from gmp import config
+
+    scale, _, digest = path.name.split(".", 1)[0].partition("-")
+    if scale not in config.SCALES or not digest:
+        raise ValueError(f"{path}: not a name that gmp.gpu writes (<scale>-<config digest>.jsonl or "
+                         f"<scale>-<config digest>.<unit>.pt, scale one of {', '.join(config.SCALES)}); nothing "
+                         "was merged: remove it from the returned folder and merge again")
+    today, queued = config.load(chapter, scale), unit_config(chapter, scale)
+    if digest not in (today.digest, queued.digest):
+        raise ValueError(f"{path} was written for config {digest}, but {chapter}'s {scale} config is now "
+                         f"{today.digest}{f' ({queued.digest} with its queued settings)' if queued.digest != today.digest else ''}"
+                         f": its units were computed under other settings and cannot join this run")
+    return queued if digest == queued.digest else today
+
+
+def _checkpoint_epoch(path: Path) -> int:
+    """The epochs a unit's checkpoint (:func:`gmp.minibatch.fit_stack`'s) has trained."""
+    from gmp.train import load_checkpoint
+
+    return int(load_checkpoint(path, keys=("epoch",))["epoch"])
+
+
+def merge(out: Path, results_root: Path | None = None) -> list[str]:
+    """Add the units journalled under ``out/<chapter>/_partial/`` to the journal of the same name in
+    ``results_root`` (default: the repository's ``book/_results``) under ``<chapter>/_partial/``.
+
+    For ``lu_real`` only whole networks are added (``_whole``), and a network that already has an
+    entry there is left out whole, so that two runs are never spliced into one trajectory; for the
+    other chapters each unit is whole by itself and is added unless its key is there already.
+    A returned checkpoint of a unit cut short (``out/<chapter>/_partial/<scale>-<digest>.<unit>.pt``) goes to
+    where the unit checkpoints in ``results_root`` (``<chapter>/_partial/<scale>-<digest>/<unit>.pt``), where
+    the next GPU command (which carries it) or a CPU run resumes the unit, unless the unit is journalled there
+    or the checkpoint there has reached a later epoch.
+
+    Everything that came back is checked before anything in ``results_root`` changes: a journal or
+    checkpoint of another config, a damaged checkpoint or a name gmp.gpu does not write raises a
+    ValueError and nothing is merged. Returns the journal keys added."""
+    from gmp import results
+
+    root = results_root if results_root is not None else results.results_root()
+    if root is None:
+        raise ValueError("no results folder: run from a clone of the book's repository or set GMP_RESULTS")
+    appends: list[tuple[Path, list[dict[str, Any]]]] = []  # (journal in root, entries to add)
+    copies: list[tuple[Path, Path, int]] = []  # (returned checkpoint, where it goes, its epoch)
+    for path in sorted(out.glob("*/_partial/*.jsonl")):
+        chapter = path.parent.parent.name
+        if chapter == "lu_real":
+            continue
+        _journal_config(path, chapter)
+        target = root / chapter / "_partial" / path.name
+        present = set(results.journal_units(target))
+        entries = results.journal_entries(path)
+        for entry in entries:
+            if entry["key"] in present:
+                print(f"  {chapter} {entry['key']}: already in {target.name}, left out", flush=True)
+        lines = [e for e in entries if e["key"] not in present]
+        if lines:
+            appends.append((target, results.with_code(lines, entries)))
+    for path in sorted(out.glob("*/_partial/*.pt")):
+        chapter = path.parents[1].name
+        if chapter == "lu_real" or path.name.startswith("."):
+            continue
+        _journal_config(path, chapter)
+        stem, unit = path.name.split(".", 1)
+        try:
+            epoch = _checkpoint_epoch(path)
+        except ValueError as err:
+            raise ValueError(f"{err}. Nothing was merged: remove {path} from the returned folder (its unit then "
+                             "starts afresh, or from the repository's checkpoint) and merge again") from None
+        target = root / chapter / "_partial" / stem / unit
+        journalled = {**results.journal_units(target.parent.with_suffix(".jsonl")),
+                      **results.journal_units(path.with_name(f"{stem}.jsonl"))}
+        if not checkpoint_unjournalled(target.stem, journalled):
+            print(f"  {chapter} {target.stem}: journalled already, its checkpoint left out", flush=True)
+        elif target.is_file() and (kept := _checkpoint_epoch(target)) >= epoch:
+            print(f"  {chapter} {target.stem}: the repository's checkpoint is at epoch {kept}, "
+                  f"the returned one at {epoch}: kept the repository's", flush=True)
+        else:
+            copies.append((path, target, epoch))
+    for path in sorted((out / "lu_real" / "_partial").glob("*.jsonl")):
+        cfg = _journal_config(path, "lu_real")
+        target = root / "lu_real" / "_partial" / path.name
+        present = {key.rsplit("/", 1)[0] for key in results.journal_units(target)}
+        networks: dict[str, list[dict[str, Any]]] = {}
+        for entry in results.journal_entries(path):
+            networks.setdefault(entry["key"].rsplit("/", 1)[0], []).append(entry)
+        lines = []
+        for network, entries in networks.items():
+            epochs = int(cfg["epochs"][network.split("/")[0]])
+            if network in present:
+                print(f"  {network}: already in {target.name}, left out", flush=True)
+            elif not _whole(entries, epochs):
+                print(f"  {network}: not a whole run ({len(entries)} entries), left out", flush=True)
+            else:
+                lines += entries
+        if lines:
+            appends.append((target, lines))
+    for source, target, epoch in copies:
+        results.atomic_write_bytes(target, source.read_bytes())
+        print(f"  {target.parents[2].name} {target.stem}: checkpoint at epoch {epoch} put in {target}", flush=True)
+    added = []
+    for target, lines in appends:
+        results.append_journal(target, [json.dumps(e) for e in lines])
+        added += [e["key"] for e in lines]
+    return added
