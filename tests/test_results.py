@@ -590,6 +590,51 @@ def test_imports_are_followed_through_relative_imports_functions_and_packages(tm
     assert results._imported(package / "sub" / "d.py", package) == {package / "__init__.py", package / "b.py"}
 
 
+TOY_PACKAGE = {
+    "__init__.py": "from gmp import results\n", "runs.py": "", "layers.py": "", "other.py": "", "rulehistory.py": "",
+    "results/__init__.py": "from gmp.results.store import Store\nfrom gmp.results.verdicts import verdict_box\n",
+    "results/store.py": "from gmp.results import files as _files\n", "results/files.py": "",
+    "results/verdicts.py": "from gmp import rulehistory\n", "experiments/__init__.py": "",
+    "experiments/toy/__init__.py": "from .claims import CLAIMS\nfrom gmp.experiments.toy import figures\n",
+    "experiments/toy/claims.py": "from gmp.layers import GmPLinear\nCLAIMS = []\n",
+    "experiments/toy/figures.py": "", "experiments/toy/unused.py": "", "experiments/plain.py": "import gmp.other\n"}
+
+
+@pytest.fixture
+def toy_package(tmp_path, monkeypatch):
+    """A stand-in for the repository and its gmp, with a chapter whose experiment is a package (toy) and one
+    whose experiment is a module (plain), each with its page."""
+    package = tmp_path / "gmp"
+    for name, text in TOY_PACKAGE.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    (tmp_path / "book" / "part9").mkdir(parents=True)
+    (tmp_path / "book" / "part9" / "toy.md").write_text("gmp.results.verdict_box('toy')\n")
+    (tmp_path / "book" / "part9" / "plain.md").write_text("store = gmp.results.Store('plain', cfg)\n")
+    monkeypatch.setattr(results.fingerprint, "PACKAGE", package)
+    monkeypatch.setattr(results.files, "repository_root", lambda: tmp_path)
+    results.chapter_modules.cache_clear()
+    yield package
+    results.chapter_modules.cache_clear()
+
+
+def test_a_chapter_whose_experiment_is_a_package_counts_its_modules_and_those_of_packages_it_imports(toy_package):
+    """A package is its __init__.py and what that imports; a module in a package brings the __init__.py of every
+    package on the way; the ledger (RENDERING), and what only it imports, is not counted; nor is a module of the
+    chapter's package that nothing imports."""
+    common = {"__init__.py", "runs.py", "results/__init__.py", "results/store.py", "results/files.py",
+              "experiments/__init__.py"}
+    assert results.chapter_modules("toy") == common | {
+        "experiments/toy/__init__.py", "experiments/toy/claims.py", "experiments/toy/figures.py", "layers.py"}
+    assert results.chapter_modules("plain") == common | {"experiments/plain.py", "other.py"}
+    assert results.experiment_source("toy", toy_package) == toy_package / "experiments" / "toy" / "__init__.py"
+    assert results.experiment_source("plain", toy_package) == toy_package / "experiments" / "plain.py"
+    assert results.experiment_source("absent", toy_package) is None and results.chapter_modules("absent") is None
+    hashes = results.read_module_hashes(results.CODE_HASH, toy_package)
+    assert {"results/store.py", "experiments/toy/claims.py", "experiments/toy/__init__.py"} <= set(hashes)
+    assert hashes["results/store.py"] != hashes["results/files.py"]
+
+
 def test_an_unfinished_run_says_which_journalled_units_other_code_computed(chapter, tmp_path, monkeypatch):
     cfg = config.load("fake_chapter", "paper")
     journal = results.journal_path("fake_chapter", "paper", cfg.digest)

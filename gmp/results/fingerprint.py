@@ -304,6 +304,7 @@ def chapter_modules(chapter: str) -> frozenset[str] | None:
     for module, names in re.findall(r"\bfrom\s+(gmp(?:\.\w+)*)\s+import\s+\(?([\w\s,]+)", page):
         named |= {f"{module}.{name.split()[0]}".partition(".")[2] for name in names.split(",") if name.strip()}
     todo = [package / "__init__.py", experiment, package / "runs.py"]
+    todo += [package / folder / "__init__.py" for folder in experiment.relative_to(package).parents]
     for name in named:
         parts = name.split(".")
         todo += [package.joinpath(*parts[:end]).with_suffix(".py") for end in range(1, len(parts) + 1)]
