@@ -1,4 +1,4 @@
-"""The claims ledger (gmp.ledger): three ledgers with their own tallies, the power of a rule's test,
+"""The claims ledger (gmp.results.verdicts): three ledgers with their own tallies, the power of a rule's test,
 provisional verdicts, and whether a rule was fixed before its run."""
 
 import html

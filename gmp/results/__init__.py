@@ -54,25 +54,3 @@ from gmp.results.cache import (SNAPSHOT_TRIES, Cached, CorruptCache, _units_code
 from gmp.results.store import BUSY, RUN_CODE, RUN_USED, Store, fcntl, read_run_records, run_code
 from gmp.results.verdicts import _judged, claims_table, ledger, verdict_box
 
-__all__ = [
-    # files
-    "STAGING_ENV", "ROOT_ENV", "RESULTS_PATH", "repository_root", "results_root", "atomic_write_bytes",
-    "atomic_write_json", "replace_folder",
-    # fingerprint
-    "CODE_HASH", "PACKAGE", "module_digests", "read_module_hashes", "code_fingerprint", "code_edited",
-    "SameFunction", "SAME_FUNCTION_FILE", "read_same_function", "SAME_FUNCTION", "changed_modules", "same_function",
-    "experiment_source", "RENDERING", "chapter_modules", "journal_code", "resumed_code", "code_against", "with_code",
-    # claims
-    "REPRODUCED", "PARTLY", "NOT_REPRODUCED", "VERIFIED", "FAILS", "NOT_RUN", "STALE", "CORRUPT", "INCONCLUSIVE",
-    "VERDICTS", "IDENTITY_VERDICTS", "FINDING", "IDENTITY", "KIND_VERDICTS", "PAPER", "CHECK", "SUPERSEDED",
-    "SOURCES", "PowerTest", "EarlierRule", "EarlierDesign", "Claim", "RULE_HASH", "rule_digest", "rule_digests",
-    "CONFIDENCE", "paired_interval", "SIGN_LEVEL", "sign_test", "PAPERS", "experiment_chapters",
-    # journal
-    "journal_path", "journal_entries", "entry_problem", "carry", "append_journal", "carried_units", "journal_units",
-    # cache
-    "missing_cell", "Cached", "restamp_text", "cached", "CorruptCache", "SNAPSHOT_TRIES", "payload_hashes", "glue",
-    # store
-    "BUSY", "Store", "RUN_CODE", "RUN_USED", "read_run_records", "run_code",
-    # verdicts
-    "verdict_box", "claims_table", "ledger",
-]

@@ -184,7 +184,7 @@ class Claim:
     kind: str = FINDING
     short: str = ""
     """A one-line form of ``text`` for the ledger's rows and a chapter's verdict box (optional:
-    without it :func:`gmp.ledger.short_text` shortens ``text``)."""
+    without it :func:`gmp.results.verdicts.short_text` shortens ``text``)."""
     unfinished: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
     """For a claim that an unfinished paper-scale run can already judge (its ``rule`` says how):
     the payload ``check`` judges from the units the run has journalled (key to value), or None
