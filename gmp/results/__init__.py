@@ -32,7 +32,10 @@ The package, one concern a module, each importing only those before it:
 - :mod:`gmp.results.verdicts`: the claims ledger, judging every claim on its cache, and the verdict boxes,
   claim tables and ledger that chapters call as ``gmp.results.<name>``.
 
-Every name is exported here, where chapters and the rest of gmp import it from.
+Every name is exported here, where chapters and the rest of gmp import it from. A module calls what a test
+may stand in for (``results_root``, ``repository_root``, ``code_fingerprint``, ``code_edited``,
+``experiment_chapters``) through the module that defines it, so a test patches it there
+(``monkeypatch.setattr(gmp.results.files, "results_root", ...)``) and reaches every caller in the package.
 """
 
 from gmp.results.files import (RESULTS_PATH, ROOT_ENV, STAGING_ENV, _npz_bytes, atomic_write_bytes,

@@ -24,6 +24,7 @@ import numpy as np
 from gmp import config as _config
 from gmp.results import files as _files
 from gmp.results.claims import NOT_RUN
+from gmp.results.files import _check_name
 from gmp.results.fingerprint import (CODE_HASH, SameFunction, chapter_modules, changed_modules, resumed_code,
                                      same_function)
 from gmp.results.journal import _journalled
@@ -238,7 +239,7 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
     since is told against the code of the cache's latest re-stamp (``python -m gmp.runs CHAPTER --restamp``,
     which found today's code computing the same units) where it has one, else against the run's.
     """
-    _files._check_name(name)
+    _check_name(name)
     root = _files.results_root()
     folder = root / chapter / scale if root else None
     try:
