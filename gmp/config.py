@@ -1,7 +1,7 @@
 """Experiment configuration: every knob of a chapter derives from its ``SCALE``.
 
-Each chapter ``book/<part>/<chapter>.md`` has one module ``gmp.experiments.<chapter>``
-that defines ``CONFIG = scaled(common=..., smoke=..., small=..., paper=...)``. The chapter
+Each chapter ``book/<part>/<chapter>.md`` has one module ``gmp.experiments.<chapter>`` (a
+file, or a package where the chapter's experiment outgrew one) that defines ``CONFIG = scaled(common=..., smoke=..., small=..., paper=...)``. The chapter
 reads it with :func:`load`; the results cache compares the digest of the config a
 result was computed with against the current one, so that editing the config marks old
 results as stale.
@@ -113,7 +113,8 @@ def experiment(chapter: str):
         if err.name != f"gmp.experiments.{chapter}":
             raise
         raise ValueError(f"no experiment config for chapter {chapter!r}: expected a module "
-                         f"gmp/experiments/{chapter}.py defining CONFIG") from None
+                         f"gmp/experiments/{chapter}.py, or a package gmp/experiments/{chapter}/, "
+                         f"defining CONFIG") from None
 
 
 def load(chapter: str, scale: str | None = None) -> Config:

@@ -38,7 +38,7 @@ if not gmp.__file__.startswith(tree):
     sys.exit(f"imported gmp from {gmp.__file__}, not from {tree}")
 claims = [c for c in getattr(config.experiment(chapter), "CLAIMS", []) if c.key == key]
 if not claims:
-    sys.exit(f"the commit has no claim {key!r} in gmp/experiments/{chapter}.py")
+    sys.exit(f"the commit has no claim {key!r} in gmp.experiments.{chapter}")
 measured, verdict = claims[0].evaluate(json.load(sys.stdin))
 print(json.dumps({"digest": results.rule_digest(claims[0]), "measured": measured, "verdict": verdict}))
 """

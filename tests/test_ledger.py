@@ -1,4 +1,4 @@
-"""The claims ledger (gmp.ledger): three ledgers with their own tallies, the power of a rule's test,
+"""The claims ledger (gmp.results.verdicts): three ledgers with their own tallies, the power of a rule's test,
 provisional verdicts, and whether a rule was fixed before its run."""
 
 import html
@@ -11,7 +11,8 @@ import types
 import pytest
 from scipy import stats
 
-from gmp import config, ledger, results
+from gmp import config, results
+from gmp.results import verdicts as ledger
 from gmp.results import (INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED, SOURCES, Claim, EarlierDesign, EarlierRule,
                          PowerTest, sign_test)
 
@@ -38,7 +39,7 @@ def chapter(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "gmp.experiments.fake_chapter", module)
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "_results"))
     monkeypatch.delenv(results.STAGING_ENV, raising=False)
-    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    monkeypatch.setattr(results.claims, "experiment_chapters", lambda: ["fake_chapter"])
     return module
 
 
@@ -414,7 +415,7 @@ def test_a_rule_is_judged_by_what_it_decides_with_the_rule_at_the_run_read_from_
     subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
     subprocess.run(git + ["commit", "-qm", "run"], cwd=repo, check=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    monkeypatch.setattr(results, "repository_root", lambda: repo)
+    monkeypatch.setattr(results.files, "repository_root", lambda: repo)
     recorded = results.rule_digest(_claim())  # the rule of the commit, as the run recorded it
 
     def publish(check, rules=None):

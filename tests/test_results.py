@@ -1,4 +1,5 @@
 import ast
+import html
 import json
 import os
 import stat
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from gmp import config, ledger, results
+from gmp import config, results
 from gmp.results import FAILS, NOT_RUN, PARTLY, REPRODUCED, STALE, VERIFIED, Claim
+from gmp.results import verdicts as ledger
 
 
 def _check(payload):
@@ -200,7 +202,7 @@ def test_memo_outside_the_runner_keeps_nothing_on_disk(chapter, tmp_path):
 
 
 def test_claims_table_and_ledger_use_the_paper_scale_cache_only(chapter, tmp_path, monkeypatch):
-    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    monkeypatch.setattr(results.claims, "experiment_chapters", lambda: ["fake_chapter"])
     table = results.claims_table("fake_chapter", {"summary": {"gap": 0.1}}, "small").data
     assert "gap 0.10" in table and NOT_RUN in table
     [row] = ledger.ledger_rows()
@@ -241,7 +243,7 @@ def test_the_ledger_shows_findings_and_identities_apart_with_counts_per_paper_an
     arm = Claim("fake-arm", "chen", "The gap is small at lr 0.1.", "summary", "reproduced if gap < 0.1",
                 lambda p: ("gap", results.NOT_REPRODUCED), source="check")
     chapter.CLAIMS = [*chapter.CLAIMS, identity, lu_finding, arm]
-    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    monkeypatch.setattr(results.claims, "experiment_chapters", lambda: ["fake_chapter"])
     _publish(tmp_path, "paper", {"gap": 0.5}, config.load("fake_chapter", "paper").digest)
     rows = ledger.ledger_rows()
     assert [(r["source"], r["kind"], r["verdict"]) for r in rows] == [
@@ -385,7 +387,7 @@ def _publish_hashed(tmp_path, payload, arrays=None):
 
 
 def test_an_edited_or_missing_payload_file_is_corrupt_not_current(chapter, tmp_path, monkeypatch):
-    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    monkeypatch.setattr(results.claims, "experiment_chapters", lambda: ["fake_chapter"])
     folder = _publish_hashed(tmp_path, {"gap": 0.25}, {"curve": np.arange(3.0)})
     entry = results.cached("fake_chapter", "summary")
     assert entry.current and "hashes not recorded" not in entry.describe()
@@ -439,7 +441,7 @@ def test_memo_journals_the_fingerprint_of_the_code_that_computed_each_unit(chapt
     store = results.Store("fake_chapter", cfg)
     assert results.code_fingerprint.cache_info().currsize == 1  # read when the run starts, not at its first unit
     today = results.code_fingerprint()
-    assert "results.py" in today["modules"] and "experiments/chen_levy.py" in today["modules"]
+    assert "results/store.py" in today["modules"] and "experiments/chen_levy.py" in today["modules"]
     store.memo("a", lambda: 1)
     store.memo("b", lambda: 2)
     results.Store("fake_chapter", cfg).memo("c", lambda: 3)  # another process: the hashes are in the journal already
@@ -474,7 +476,7 @@ def test_a_module_rewritten_with_the_same_function_is_named_not_counted_as_chang
     today = results.code_fingerprint()["modules"]
     module = "experiments/chen_levy.py"
     same = results.SameFunction(module, "0" * 16, {module: today[module], "layers.py": today["layers.py"]}, "tested equal")
-    monkeypatch.setattr(results, "SAME_FUNCTION", (same,))
+    monkeypatch.setattr(results.fingerprint, "SAME_FUNCTION", (same,))
     for recorded, changed, named in (("0" * 16, (), (same,)), ("1" * 16, (module,), ())):
         code = {**results.code_fingerprint(), "modules": {**today, module: recorded}}
         results.atomic_write_json(folder / "provenance.json", {**provenance, "code": code})
@@ -483,11 +485,11 @@ def test_a_module_rewritten_with_the_same_function_is_named_not_counted_as_chang
         assert results.changed_modules(code["modules"], results.CODE_HASH) == list(changed)
     code = {**results.code_fingerprint(), "modules": {**today, module: "0" * 16}}
     for lapsed in ({module: "2" * 16}, {module: today[module], "layers.py": "2" * 16}):  # it, or what it relies on, changed again
-        monkeypatch.setattr(results, "SAME_FUNCTION", (same._replace(after=lapsed),))
+        monkeypatch.setattr(results.fingerprint, "SAME_FUNCTION", (same._replace(after=lapsed),))
         assert results.changed_modules(code["modules"], results.CODE_HASH) == [module]
         assert results.same_function(code["modules"], results.CODE_HASH) == []
     assert results.same_function(code["modules"], "source") == []  # byte hashes are never vouched for
-    monkeypatch.setattr(results, "SAME_FUNCTION", (same,))
+    monkeypatch.setattr(results.fingerprint, "SAME_FUNCTION", (same,))
     # Units journalled by the code before the rewrite count as computed by the notebook's code,
     # also when the notebook's code has a module the units' code did not (one added since).
     notebook = {**results.code_fingerprint(), "modules": {**today, "added.py": "3" * 16}}
@@ -510,11 +512,12 @@ def test_every_same_function_record_names_todays_code():
 
 
 def test_same_function_records_live_outside_the_fingerprinted_code(tmp_path):
-    """Records kept in results.py could not vouch for results.py: adding one changed the hash it vouched for."""
+    """Records kept in a module of gmp could not vouch for that module: adding one changed the hash it vouched for."""
     assert results.SAME_FUNCTION == results.read_same_function(results.SAME_FUNCTION_FILE)
     assert results.SAME_FUNCTION_FILE.suffix == ".json"
     assert not any(m.endswith(".json") for m in results.code_fingerprint()["modules"])
-    record = {"module": "results.py", "before": "0" * 16, "after": {"results.py": "1" * 16}, "why": "tested equal"}
+    record = {"module": "results/fingerprint.py", "before": "0" * 16, "after": {"results/fingerprint.py": "1" * 16},
+              "why": "tested equal"}
     (tmp_path / "same.json").write_text(json.dumps([record]))
     assert results.read_same_function(tmp_path / "same.json") == (results.SameFunction(**record),)
     (tmp_path / "same.json").write_text(json.dumps([record, {**record, "why": ""}]))
@@ -557,9 +560,10 @@ def test_a_fingerprint_recorded_before_the_syntax_hash_is_compared_with_the_file
 
 def test_a_chapter_counts_the_modules_it_imports_and_not_another_chapters_experiment():
     modules = results.chapter_modules("chen_levy")
-    assert {"__init__.py", "experiments/chen_levy.py", "layers.py", "results.py", "train.py"} <= modules
+    assert {"__init__.py", "experiments/chen_levy.py", "layers.py", "results/store.py", "train.py"} <= modules
     assert "experiments/chen_levy_arms.py" in modules  # only the chapter's page imports it
     assert not modules & {"experiments/sbsnn_author.py", "experiments/chen_uci.py", "bench.py"}
+    assert not modules & {"results/verdicts.py", "rulehistory.py"}  # the ledger renders, computes no result
     assert "runs.py" in results.chapter_modules("chen_banana")  # the runner, whether or not the page names it
     assert results.chapter_modules("no_such_chapter") is None
     today = results.code_fingerprint()["modules"]
@@ -587,11 +591,56 @@ def test_imports_are_followed_through_relative_imports_functions_and_packages(tm
     assert results._imported(package / "sub" / "d.py", package) == {package / "__init__.py", package / "b.py"}
 
 
+TOY_PACKAGE = {
+    "__init__.py": "from gmp import results\n", "runs.py": "", "layers.py": "", "other.py": "", "rulehistory.py": "",
+    "results/__init__.py": "from gmp.results.store import Store\nfrom gmp.results.verdicts import verdict_box\n",
+    "results/store.py": "from gmp.results import files as _files\n", "results/files.py": "",
+    "results/verdicts.py": "from gmp import rulehistory\n", "experiments/__init__.py": "",
+    "experiments/toy/__init__.py": "from .claims import CLAIMS\nfrom gmp.experiments.toy import figures\n",
+    "experiments/toy/claims.py": "from gmp.layers import GmPLinear\nCLAIMS = []\n",
+    "experiments/toy/figures.py": "", "experiments/toy/unused.py": "", "experiments/plain.py": "import gmp.other\n"}
+
+
+@pytest.fixture
+def toy_package(tmp_path, monkeypatch):
+    """A stand-in for the repository and its gmp, with a chapter whose experiment is a package (toy) and one
+    whose experiment is a module (plain), each with its page."""
+    package = tmp_path / "gmp"
+    for name, text in TOY_PACKAGE.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    (tmp_path / "book" / "part9").mkdir(parents=True)
+    (tmp_path / "book" / "part9" / "toy.md").write_text("gmp.results.verdict_box('toy')\n")
+    (tmp_path / "book" / "part9" / "plain.md").write_text("store = gmp.results.Store('plain', cfg)\n")
+    monkeypatch.setattr(results.fingerprint, "PACKAGE", package)
+    monkeypatch.setattr(results.files, "repository_root", lambda: tmp_path)
+    results.chapter_modules.cache_clear()
+    yield package
+    results.chapter_modules.cache_clear()
+
+
+def test_a_chapter_whose_experiment_is_a_package_counts_its_modules_and_those_of_packages_it_imports(toy_package):
+    """A package is its __init__.py and what that imports; a module in a package brings the __init__.py of every
+    package on the way; the ledger (RENDERING), and what only it imports, is not counted; nor is a module of the
+    chapter's package that nothing imports."""
+    common = {"__init__.py", "runs.py", "results/__init__.py", "results/store.py", "results/files.py",
+              "experiments/__init__.py"}
+    assert results.chapter_modules("toy") == common | {
+        "experiments/toy/__init__.py", "experiments/toy/claims.py", "experiments/toy/figures.py", "layers.py"}
+    assert results.chapter_modules("plain") == common | {"experiments/plain.py", "other.py"}
+    assert results.experiment_source("toy", toy_package) == toy_package / "experiments" / "toy" / "__init__.py"
+    assert results.experiment_source("plain", toy_package) == toy_package / "experiments" / "plain.py"
+    assert results.experiment_source("absent", toy_package) is None and results.chapter_modules("absent") is None
+    hashes = results.read_module_hashes(results.CODE_HASH, toy_package)
+    assert {"results/store.py", "experiments/toy/claims.py", "experiments/toy/__init__.py"} <= set(hashes)
+    assert hashes["results/store.py"] != hashes["results/files.py"]
+
+
 def test_an_unfinished_run_says_which_journalled_units_other_code_computed(chapter, tmp_path, monkeypatch):
     cfg = config.load("fake_chapter", "paper")
     journal = results.journal_path("fake_chapter", "paper", cfg.digest)
     journal.parent.mkdir(parents=True)
-    other = _other_code("results.py")
+    other = _other_code("results/store.py")
     journal.write_text(json.dumps({"key": "a", "value": 1, "code": other["digest"], "modules": other["modules"],
                                    "hash": other["hash"]})
                        + '\n{"key": "b", "value": 2}\n')
@@ -599,8 +648,9 @@ def test_an_unfinished_run_says_which_journalled_units_other_code_computed(chapt
     results.Store("fake_chapter", cfg).memo("c", lambda: 3)
     monkeypatch.delenv(results.STAGING_ENV)
     absent = results.cached("fake_chapter", "summary")
-    assert absent.units_code == {"other_code_units": 1, "code_not_recorded_units": 1, "changed_modules": ["results.py"]}
-    assert ("journalled 3 finished units; 1 of them by code that differs from today's in results.py; "
+    assert absent.units_code == {"other_code_units": 1, "code_not_recorded_units": 1,
+                                 "changed_modules": ["results/store.py"]}
+    assert ("journalled 3 finished units; 1 of them by code that differs from today's in results/store.py; "
             "1 of them with no code fingerprint recorded, and") in absent.describe()
 
 
@@ -633,7 +683,7 @@ def test_the_ledger_sums_up_each_paper_then_gives_one_line_per_claim_that_opens_
                             short="Lu: small gap", source="paper"),
                       Claim("fake-identity", "lu", "An identity.", "summary", "verified if gap < 1",
                             lambda p: (f"gap {p['gap']:.2f}", VERIFIED if p["gap"] < 1 else FAILS), kind="identity", source="paper")]
-    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    monkeypatch.setattr(results.claims, "experiment_chapters", lambda: ["fake_chapter"])
     _publish(tmp_path, "paper", {"gap": 0.5}, config.load("fake_chapter", "paper").digest)
     page = results.ledger().data
     kinds = _ledger_structure(page)
@@ -650,7 +700,7 @@ def test_the_ledger_sums_up_each_paper_then_gives_one_line_per_claim_that_opens_
         assert f"<strong>Rule.</strong> {rule}</p>" in body and "<strong>Claim.</strong>" in body
     line, body = kinds["finding"]["claims"][1][2].split("</summary>")
     assert "Text reading: the gap is small" in line and line.count("…") == 1 and "Fig. 9" not in line
-    assert results.html.escape(long_text) in body
+    assert html.escape(long_text) in body
     assert "Lu: small gap" in kinds["finding"]["claims"][2][2].split("</summary>")[0]
     assert 'id="claim-fake-long"' in page
     # a filter button for each paper and each verdict found, and CSS that filters by each of them
@@ -699,7 +749,7 @@ def test_verdict_box_names_each_claim_of_the_chapter_with_its_paper_scale_verdic
     assert all("gap 0.50" in item for item in items)
     assert '<a href="../claims.html#claim-fake-gap">' in items[0] and '<a href="#claims">' in box
     assert '<a href="../claims.html">claims ledger</a>' in box
-    monkeypatch.setattr(results, "results_root", lambda: None)  # Colab: no repository, so no cache beside it
+    monkeypatch.setattr(results.files, "results_root", lambda: None)  # Colab: no repository, so no cache beside it
     box = results.verdict_box("fake_chapter").data
     assert "The gap is small." in box and "The other gap is large." in box and 'class="verdict' not in box
     assert '<a href="../claims.html">claims ledger</a>' in box
@@ -710,7 +760,7 @@ def test_verdict_box_names_each_claim_of_the_chapter_with_its_paper_scale_verdic
 def test_verdict_box_of_a_real_chapter_agrees_with_the_ledger(monkeypatch):
     """chen_levy's paper-scale cache is committed: the box and the ledger give the same verdicts."""
     monkeypatch.delenv(results.ROOT_ENV, raising=False)
-    monkeypatch.setattr(results, "experiment_chapters", lambda: ["chen_levy"])
+    monkeypatch.setattr(results.claims, "experiment_chapters", lambda: ["chen_levy"])
     box = results.verdict_box("chen_levy").data
     rows = ledger.ledger_rows("../")
     assert len(rows) == len(results._claims_of("chen_levy")) == box.count("<li") > 0
@@ -755,7 +805,7 @@ def test_a_cached_payload_lacking_what_a_rule_reads_is_corrupt_in_the_ledger_and
                                                                                              monkeypatch):
     """A payload without the key a claim's rule reads (``KeyError: 'gap'``) was a crash of the verdict box and
     the ledger; it is judged corrupt, saying what the rule could not read."""
-    monkeypatch.setattr(results, "experiment_chapters", lambda: ["fake_chapter"])
+    monkeypatch.setattr(results.claims, "experiment_chapters", lambda: ["fake_chapter"])
     _publish_hashed(tmp_path, {"methods": {}})
     [row] = ledger.ledger_rows()
     assert row["verdict"] == results.CORRUPT and "summary.json is malformed" in row["Measured at paper scale"]
@@ -795,8 +845,8 @@ def package(tmp_path, monkeypatch):
     folder.mkdir()
     for name in ("a.py", "b.py", "c.py"):
         (folder / name).write_text(f"def {name[0]}():\n    return 1\n")
-    monkeypatch.setattr(results, "PACKAGE", folder)
-    monkeypatch.setattr(results, "_IMPORTED_STATS", results._file_stats(folder))
+    monkeypatch.setattr(results.fingerprint, "PACKAGE", folder)
+    monkeypatch.setattr(results.fingerprint, "_IMPORTED_STATS", results._file_stats(folder))
     results.code_fingerprint.cache_clear()
     yield folder
     results.code_fingerprint.cache_clear()
@@ -826,7 +876,7 @@ def test_journal_entries_record_threads_and_edits_and_refuse_wrong_types(chapter
     import torch
 
     monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "_results" / "fake_chapter" / ".staging-paper-1"))
-    monkeypatch.setattr(results, "code_edited", lambda: ["implicit.py"])
+    monkeypatch.setattr(results.fingerprint, "code_edited", lambda: ["implicit.py"])
     store = results.Store("fake_chapter", config.load("fake_chapter", "paper"))
     store.memo("u", lambda: 1)
     [entry] = results.journal_entries(store._journal_path)

@@ -370,7 +370,7 @@ from gmp import config, results
 store = results.Store('fake_chapter', config.Config('fake_chapter', SCALE, {'n': 1}))
 ran = results.code_fingerprint()
 other = {**ran['modules'], 'implicit.py': '0' * 16}
-results.code_fingerprint = lambda: {'digest': 'other', 'modules': other, 'hash': ran['hash']}  # a worker's code
+results.fingerprint.code_fingerprint = lambda: {'digest': 'other', 'modules': other, 'hash': ran['hash']}  # a worker's code
 store.memo('a', lambda: 1)
 store.save('summary', {'code': ran})
 """
@@ -575,11 +575,11 @@ def test_workers_on_a_cuda_device_spread_over_the_gpus_and_share_where_there_are
 
 def _cache_with_units(book, values, threads=1):
     """A smoke-scale cache of the fake chapter as gmp.runs writes it, keeping the units ``<key>-7`` with
-    ``values[key]``, computed by a code whose results.py differs from today's (as after a refactor)."""
+    ``values[key]``, computed by a code whose results/store.py differs from today's (as after a refactor)."""
     folder = book / "book" / "_results" / "fake_chapter" / "smoke"
     folder.mkdir(parents=True)
     ran = {**results.code_fingerprint(), "digest": "ran"}
-    ran["modules"] = {**ran["modules"], "results.py": "0" * 16}
+    ran["modules"] = {**ran["modules"], "results/store.py": "0" * 16}
     entries = [{"key": f"{key}-7", "value": {"curve": list(value), "seconds": 9.0}, "seconds": 9.0, "code": "ran",
                 "threads": threads} for key, value in values.items()]
     entries[0] |= {"modules": ran["modules"], "hash": ran["hash"]}
@@ -596,7 +596,7 @@ def test_a_refactor_that_keeps_every_unit_equal_re_stamps_and_the_page_says_so(b
     calls = _with_units(values)
     folder = _cache_with_units(book, values)
     before = results.cached("fake_chapter", "summary", "smoke")
-    assert before.code_changed == ("results.py",) and "CODE CHANGED since" in before.describe()
+    assert before.code_changed == ("results/store.py",) and "CODE CHANGED since" in before.describe()
     assert "--restamp" in before.describe()  # the cache keeps units, so the page says how to re-stamp it
     assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp", "--device", "cpu"]) == 0
     assert calls == [("a", 7), ("b", 7)]
@@ -609,7 +609,7 @@ def test_a_refactor_that_keeps_every_unit_equal_re_stamps_and_the_page_says_so(b
     after = results.cached("fake_chapter", "summary", "smoke")
     assert after.current and after.code_changed == () and after.restamp == evidence
     text = after.describe()
-    assert "CODE CHANGED" not in text and "The code was refactored since this run (in results.py) and re-verified: on " \
+    assert "CODE CHANGED" not in text and "The code was refactored since this run (in results/store.py) and re-verified: on " \
         in text and "2 of its 2 units, all of them (a-7, b-7) were recomputed" in text
     assert "equal the cached ones bitwise; no number differed." in text
     assert "has not changed since it was re-verified" in text
@@ -634,7 +634,7 @@ def test_a_unit_that_moves_beyond_its_tolerance_refuses_the_re_stamp_and_is_name
     assert "REFUSED: unit 'b-7' of fake_chapter recomputed with today's code differs" in err
     assert "value['curve'][1]: cached 4.0, recomputed 4.000000000001" in err
     assert (folder / "provenance.json").read_bytes() == unrestamped  # nothing recorded
-    assert results.cached("fake_chapter", "summary", "smoke").code_changed == ("results.py",)
+    assert results.cached("fake_chapter", "summary", "smoke").code_changed == ("results/store.py",)
     # A unit that is not deterministic states its tolerance; within it, the re-stamp records the largest difference.
     sys.modules["gmp.experiments.fake_chapter"].unit_tolerance = lambda key: (1e-3, 0.0)
     values["b"] = [3.0, 4.0 * (1 + 1e-2)]
@@ -701,4 +701,4 @@ def test_verify_names_the_code_of_a_unit_whose_fingerprint_another_entry_carries
     _cache_with_units(book, {"a": [1.0], "b": [2.0]})
     assert runs.main(["fake_chapter", "--scale", "smoke", "--verify", "--unit", "b-7"]) == 0
     out = capsys.readouterr().out
-    assert "(computed by code that differs from today's in results.py)" in out and "no code fingerprint" not in out
+    assert "(computed by code that differs from today's in results/store.py)" in out and "no code fingerprint" not in out

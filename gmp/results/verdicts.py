@@ -19,9 +19,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gmp import results as _results
 from gmp import rulehistory
-from gmp.results import CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPERS, SOURCES, STALE, Claim, rule_digest
+from gmp.results import cache as _cache
+from gmp.results import claims as _claims
+from gmp.results import files as _files
+from gmp.results.claims import (CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPERS, SOURCES, STALE, Claim,
+                                rule_digest)
 
 MALFORMED = (KeyError, IndexError, TypeError, AttributeError)
 """What a claim's rule raises on a payload that lacks what it reads or holds it in another form."""
@@ -162,7 +165,7 @@ def _design(claim: Claim) -> tuple[str, str] | None:
     design = claim.earlier_design
     if design is None or not design.kept_as:
         return None
-    found = [c for c in _results._claims_of(design.chapter) if c.key == design.kept_as]
+    found = [c for c in _claims._claims_of(design.chapter) if c.key == design.kept_as]
     if not found:
         raise ValueError(f"claim {claim.key!r}: its earlier design is kept as {design.kept_as!r}, which chapter "
                          f"{design.chapter!r} does not hold; name the check that judges the earlier design's runs")
@@ -185,11 +188,11 @@ def _evaluate(claim: Claim, payload: Mapping[str, Any], where: str,
         return (f"{where} malformed: the rule cannot read it ({type(err).__name__}: {err}); rerun the chapter "
                 "or restore the cache from git"), CORRUPT, None
     except ValueError as err:  # a finding's statistics refusing an infinity, which is a result, not damage
-        if claim.kind != _results.FINDING or not _infinite(payload):
+        if claim.kind != _claims.FINDING or not _infinite(payload):
             raise
         subject, verb = where.rsplit(" ", 1)
         return (f"{subject} {'holds' if verb == 'is' else 'hold'} an infinite number (a perfect fit's PSNR, say), a "
-                f"result this rule's statistics cannot take ({type(err).__name__}: {err})"), _results.INCONCLUSIVE, None
+                f"result this rule's statistics cannot take ({type(err).__name__}: {err})"), _claims.INCONCLUSIVE, None
     return measured, verdict, old
 
 
@@ -205,7 +208,7 @@ def _infinite(value: Any) -> bool:
 def judge(chapter: str, claim: Claim) -> Judgement:
     """``claim`` of ``chapter`` judged on the chapter's paper-scale cache (or its unfinished run's units,
     where the claim says how: provisional)."""
-    entry = _results.cached(chapter, claim.result, "paper")
+    entry = _cache.cached(chapter, claim.result, "paper")
     if entry.status == "absent":
         payload = None
         try:
@@ -253,7 +256,7 @@ def _judged_at_run(chapter: str, claim: Claim, provenance: Mapping[str, Any], pa
     ``payload``, else :data:`REVISED` with that rule's ``(measured, verdict)``, or without it where it cannot
     be told (and why)."""
     commit = str(provenance.get("commit", ""))
-    root = _results.repository_root()
+    root = _files.repository_root()
     try:
         if root is None:
             raise rulehistory.Unavailable("no repository is beside this copy of gmp")
@@ -272,7 +275,7 @@ def _judged_at_run(chapter: str, claim: Claim, provenance: Mapping[str, Any], pa
 
 def judged(chapter: str) -> list[Judgement]:
     """:func:`judge` of each claim of ``chapter``."""
-    return [judge(chapter, claim) for claim in _results._claims_of(chapter)]
+    return [judge(chapter, claim) for claim in _claims._claims_of(chapter)]
 
 
 def _judged(chapter: str) -> list[tuple[Claim, str, str]]:
@@ -448,7 +451,7 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
     seen)`` where the headline design was replaced after a run of it was seen, else None).
     """
     rows = []
-    for chapter in _results.experiment_chapters():
+    for chapter in _claims.experiment_chapters():
         link = _chapter_link(chapter, link_prefix)
         for j in judged(chapter):
             claim = j.claim
@@ -619,10 +622,10 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
     chapter's own "Claims" section. None for a chapter without claims."""
     from IPython.display import HTML
 
-    if not _results._claims_of(chapter):
+    if not _claims._claims_of(chapter):
         return None
-    if _results.results_root() is None:
-        items = "".join(f'<li>{html.escape(short_text(claim))}</li>' for claim in _results._claims_of(chapter))
+    if _files.results_root() is None:
+        items = "".join(f'<li>{html.escape(short_text(claim))}</li>' for claim in _claims._claims_of(chapter))
         return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">What this chapter '
                     f'tests</p><ul>{items}</ul><p>No paper-scale cache is beside this copy, so no verdict is shown: '
                     f'the book\'s <a href="{ledger_href}">claims ledger</a> has them.</p></div>')
@@ -630,7 +633,7 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
     labels = {"check": " <small>(our robustness check)</small>",
               "superseded": " <small>(superseded reading)</small>"}
     about = {claim.key: f" <small>({html.escape(_baseline_label(claim))})</small>"
-             for claim in _results._claims_of(chapter) if claim.baseline}
+             for claim in _claims._claims_of(chapter) if claim.baseline}
     for j in judged(chapter):
         number = f'<span class="gmp-verdict-measured">{html.escape(j.measured)}</span>' if j.measured != "—" else ""
         gave = f"; {html.escape(j.earlier_gave)}" if j.earlier_gave else ""
@@ -654,7 +657,7 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
 
 
 def _chapter_folder(chapter: str) -> str | None:
-    root = _results.repository_root()
+    root = _files.repository_root()
     if root is None:
         return None
     found = sorted((root / "book").glob(f"*/{chapter}.md"))
