@@ -396,6 +396,23 @@ def test_queued_settings_add_units_to_the_second_job_without_making_the_chapters
         gpu.unit_config("sbsnn_author_figs", "smoke")
 
 
+def test_units_journalled_under_todays_config_are_not_computed_again_for_a_queued_one(tmp_path, monkeypatch):
+    """A unit that a CPU run journalled under the chapter's own config, not yet assembled into its cache, is
+    present for the second job even while ``QUEUED`` settings give the job another config (digest)."""
+    from gmp import results
+    from gmp.experiments import sbsnn_author_figs as figs
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    today = gmp.load_config("sbsnn_author_figs", "smoke")
+    monkeypatch.setattr(figs, "QUEUED", {"smoke": {"queued_setting": 1}})
+    assert gpu.unit_config("sbsnn_author_figs", "smoke").digest != today.digest
+    keys = gpu.missing_units("sbsnn_author_figs", "smoke")
+    journal = tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{today.digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text(json.dumps({"key": keys[-1], "value": {}}) + "\n")
+    assert gpu.missing_units("sbsnn_author_figs", "smoke") == keys[:-1]
+
+
 def test_a_unit_resumes_from_the_checkpoint_the_repository_holds_for_it(tmp_path, monkeypatch):
     """The second job copies a unit's returned checkpoint (put in the repository by ``merge``) to where the
     unit checkpoints, before computing it; the fit then continues from there (``fit_stack``'s resumption)."""

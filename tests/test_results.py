@@ -571,7 +571,18 @@ def test_a_chapter_counts_the_modules_it_imports_and_not_another_chapters_experi
         recorded = {**today, module: "0" * 16}
         assert results.changed_modules(recorded, results.CODE_HASH, modules) == listed
         assert results.changed_modules(recorded, results.CODE_HASH) == [module]
-    assert results.changed_modules({**today, "gone.py": "0" * 16}, results.CODE_HASH, modules) == ["gone.py"]
+    # a removed module counts only where a package of its name, which the chapter imports, took its place
+    assert results.changed_modules({**today, "gone.py": "0" * 16}, results.CODE_HASH, modules) == []
+    assert results.changed_modules({**today, "gone.py": "0" * 16}, results.CODE_HASH) == ["gone.py"]
+    assert results.changed_modules({**today, "results.py": "0" * 16}, results.CODE_HASH, modules) == ["results.py"]
+    assert results.changed_modules({**today, "gpu.py": "0" * 16}, results.CODE_HASH, modules) == []
+    assert results.chapter_modules("lu_real") >= {"experiments/lu_real/__init__.py"}
+    assert results.changed_modules({**today, "experiments/lu_real.py": "0" * 16}, results.CODE_HASH,
+                                   results.chapter_modules("lu_real")) == ["experiments/lu_real.py"]
+    unit = {"key": "u", "value": 1, "code": "old", "modules": {**today, "results.py": "0" * 16, "gpu.py": "1" * 16},
+            "hash": results.CODE_HASH}
+    reference = {"digest": "now", "modules": today, "hash": results.CODE_HASH}
+    assert results.code_against([unit], reference, "chen_levy")["changed_modules"] == ["results.py"]
     resumed = {"other_code_units": 2, "changed_modules": ["experiments/sbsnn_author.py"]}
     assert results._units_code_text(resumed, modules) == ""
     assert results._units_code_text(resumed) == "; 2 of them by code that differs from today's in experiments/sbsnn_author.py"

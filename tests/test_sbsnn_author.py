@@ -459,7 +459,7 @@ def test_any_assignment_of_values_is_judged_in_passes_to_50_db_with_the_image_be
 
 
 def test_the_any_values_claim_reads_not_yet_run_without_its_units_and_provisional_near_a_bar():
-    from gmp.ledger import NotYetRun
+    from gmp.results import NotYetRun
 
     claim = next(c for c in experiment.CLAIMS if c.key == "sbsnn-author-encoder-any-values")
     payload = _any_values_payload((70, 55.0, 12.0), (90, 52.0, 11.0))
@@ -508,7 +508,7 @@ def test_fig5_under_the_authors_protocol_is_the_frame_after_the_text_readings_up
 
 def test_fig5s_rule_calls_lines_along_one_coordinate_reproduced_and_reads_not_yet_run_without_the_frames():
     from gmp.experiments import sbsnn_author_figs as figs
-    from gmp.ledger import NotYetRun
+    from gmp.results import NotYetRun
 
     cfg = gmp.load_config("sbsnn_author_figs", "smoke")
     target = experiment.data(cfg)[1].reshape(cfg.side, cfg.side).double().numpy()
@@ -554,7 +554,7 @@ def _plateau_payload(siren, family, gain=0.1):
 @pytest.mark.parametrize("family, verdict", [((90, 80, 75), "reproduced"), ((90, 60, 75), "partly"),
                                              ((60, 60, 65), "not reproduced")])
 def test_higher_accuracy_is_judged_by_each_runs_best_psnr_at_its_plateau_against_sirens(family, verdict):
-    from gmp.ledger import NotYetRun
+    from gmp.results import NotYetRun
 
     claim = next(c for c in experiment.CLAIMS if c.key == "sbsnn-abstract-higher-accuracy")
     assert claim.evaluate(_plateau_payload(70.0, family))[1] == verdict

@@ -13,8 +13,8 @@ import torch
 
 from gmp.config import scaled
 from gmp.experiments import sbsnn_author
-from gmp.experiments.sbsnn_author import (FIG7_ACTIVATIONS, ONE_SEED, SBSNN_FAMILY, SEED_POWER, SEED_T,
-                                          SEEDS_TO_DECIDE, THIN_MARGIN, _over_seeds, data, encoded, family_reach,
+from gmp.experiments.sbsnn_author import (FIG7_ACTIVATIONS, ONE_SEED, SBSNN_FAMILY, SEED_POWER, SEED_T, TRAINED_DB,
+                                          SEEDS_TO_DECIDE, THIN_MARGIN, over_seeds, data, encoded, family_reach,
                                           figure_spec, fit_row, label, one_seed, PSNR_TARGETS, seed_rule,
                                           seeds_provisional, siren_spec)
 from gmp.experiments.sbsnn_encoders import CLAIMS as ENCODER_CLAIMS
@@ -22,7 +22,7 @@ from gmp.experiments.sbsnn_encoders import CONFIG as ENCODER_CONFIG
 from gmp.experiments.sbsnn_encoders import _fig5_check, axis_energy, plot_fig5
 from gmp.minibatch import EpochCurves, fit_stack, layers
 from gmp.results import (INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED, SIGN_LEVEL, Claim, EarlierDesign, EarlierRule,
-                         PowerTest, paired_interval, sign_test)
+                         NotYetRun, PowerTest, paired_interval, sign_test)
 from gmp import style
 
 FIG4_ACTIVATIONS = ["sin", "triangle", "gpn_tanh", "gpn_relu", "gpn_elu", "abs_sin"]
@@ -271,17 +271,6 @@ def fits_of(units_done: Mapping[str, Any]) -> dict[str, dict[str, EpochCurves]]:
             for figure in out.values():
                 figure[SIREN_ARMS[kind][0]] = EpochCurves.from_json(unit)
     return out
-
-
-TRAINED_DB = 30.0
-"""The best whole-image PSNR in dB on the [0, 1] scale that a SIREN arm must reach to count as trained.
-
-Below it the image is a blur.
-
-SIREN under its own protocol reaches 56 dB; every SBSNN of Fig. 4 passes 36 dB. Set after the
-paper-scale run showed the first two mini-batch SIREN arms (its own rate, the figure's schedule)
-peaking at 18 to 19 dB.
-"""
 
 
 def summary(cfg, units_done: Mapping[str, Any], siren_own: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -553,7 +542,7 @@ def _fig4_check(payload: Mapping[str, Any], which: str, target: str) -> tuple[st
     """A Fig. 4 reach claim (``which`` PSNR to ``target`` of :data:`PSNR_TARGETS` by epoch 500) decided over
     seeds, with the one-seed rule while a network has fewer than :data:`SEEDS_TO_DECIDE`."""
     epochs = PAPER["fig4_epochs"]
-    measured, verdict = _over_seeds(
+    measured, verdict = over_seeds(
         payload, FIG4_SEEDS, f"best_{which}_psnr", PSNR_TARGETS[target],
         lambda q: family_reach(q["figures"]["fig4"], "siren_layer", which, target, "epochs", epochs))
     return (measured if measured.startswith(ONE_SEED) else f"{measured}; each seed's best by epoch {epochs}"), verdict
@@ -604,8 +593,7 @@ FIG5_RULE = next(claim.rule for claim in ENCODER_CLAIMS if claim.key == "sbsnn-f
 
 def _fig5_author_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     """``sbsnn_encoders``' Fig. 5 rule on the author's-protocol frames (:func:`fig5_summary`), its "step" one
-    mini-batch update; :class:`gmp.ledger.NotYetRun` while the payload has none."""
-    from gmp.ledger import NotYetRun
+    mini-batch update; :class:`gmp.results.NotYetRun` while the payload has none."""
 
     fig5 = payload.get("fig5")
     if fig5 is None:

@@ -38,16 +38,18 @@ def unit_config(chapter: str, scale: str):
 
 def missing_units(chapter: str, scale: str, seed: int = 0) -> list[str]:
     """The keys of ``chapter``'s units at ``scale`` (its ``units_keys`` under :func:`unit_config`, in order)
-    that neither the repository's journal of that config nor the chapter's current cache
-    (``units.jsonl.gz``) holds."""
+    that none of the repository's journals of that config and of today's config, nor the chapter's current
+    cache (``units.jsonl.gz``), holds: a unit journalled on the CPU under today's config and not yet assembled
+    into the cache is not computed again."""
     import gzip
     import importlib
 
-    from gmp import results
+    from gmp import config, results
 
     experiment = importlib.import_module(f"gmp.experiments.{chapter}")
     cfg = unit_config(chapter, scale)
-    have = set(results.journal_units(results.journal_path(chapter, scale, cfg.digest)))
+    have = {key for digest in {cfg.digest, config.load(chapter, scale).digest}
+            for key in results.journal_units(results.journal_path(chapter, scale, digest))}
     root = results.results_root()
     cache = root / chapter / scale / "units.jsonl.gz" if root else None
     if cache is not None and cache.is_file() and results.cached(chapter, results._claims_of(chapter)[0].result,

@@ -48,7 +48,7 @@ from gmp.results.fingerprint import (CODE_HASH, PACKAGE, RENDERING, SAME_FUNCTIO
 from gmp.results.claims import (CHECK, CONFIDENCE, CORRUPT, FAILS, FINDING, IDENTITY, IDENTITY_VERDICTS,
                                 INCONCLUSIVE, KIND_VERDICTS, NOT_REPRODUCED, NOT_RUN, PAPER, PAPERS, PARTLY,
                                 REPRODUCED, RULE_HASH, SIGN_LEVEL, SOURCES, STALE, SUPERSEDED, VERDICTS, VERIFIED,
-                                Claim, EarlierDesign, EarlierRule, PowerTest, _claims_of, experiment_chapters,
+                                Claim, EarlierDesign, EarlierRule, NotYetRun, PowerTest, _claims_of, experiment_chapters,
                                 paired_interval, rule_digest, rule_digests, sign_test)
 from gmp.results.journal import (append_journal, carried_units, carry, entry_problem, journal_entries,
                                  journal_path, journal_units)

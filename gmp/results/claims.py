@@ -64,6 +64,12 @@ SUPERSEDED = "superseded"
 SOURCES: tuple[str, ...] = (PAPER, CHECK, SUPERSEDED)
 
 
+class NotYetRun(Exception):
+    """What a claim's rule raises on a paper-scale payload that lacks the units it judges because they have not run
+    yet (a claim added after the cache, or units waiting for a GPU): the ledger shows :data:`NOT_RUN`, with the
+    exception's message as what was measured, not a corrupt cache."""
+
+
 @dataclasses.dataclass(frozen=True)
 class PowerTest:
     """The significance test a comparative rule decides by, and the smallest p-value its design can reach.

@@ -208,18 +208,29 @@ def _same(module: str, recorded: str, now: Mapping[str, str]) -> SameFunction | 
 def changed_modules(modules: Mapping[str, str], scheme: str = "source",
                     within: Collection[str] | None = None) -> list[str]:
     """The modules of a recorded fingerprint's ``modules``, hashed under ``scheme`` (its ``"hash"``;
-    ``"source"`` when it records none), that today's code has changed or removed; of the changed
-    ones, only those in ``within`` when given (a chapter's :func:`chapter_modules`); a removed one
-    is always listed. A module rewritten since without changing its function
-    (:data:`SAME_FUNCTION`, :func:`same_function`) is not listed.
+    ``"source"`` when it records none), that today's code has changed or removed; only those in
+    ``within`` when given (a chapter's :func:`chapter_modules`). A module rewritten since without
+    changing its function (:data:`SAME_FUNCTION`, :func:`same_function`) is not listed.
 
     Modules added since are not listed: a new module cannot have changed an old result
-    unless an old module changed to use it.
+    unless an old module changed to use it. By the same token a removed module is listed only
+    where its name now names a package in ``within`` (``results.py`` became ``results/``, which
+    the chapter imports by the same name: other code under an unchanged import). Any other module
+    the chapter used can only have gone with a change to the module that imported it, which is
+    listed; a removed module the chapter never used (another chapter's, say) is not.
     """
     today = _module_hashes(scheme)
     return sorted(module for module, digest in modules.items()
-                  if module not in today or (today[module] != digest and (within is None or module in within)
-                                             and not (scheme == CODE_HASH and _same(module, digest, today))))
+                  if (_removed_counts(module, within) if module not in today else
+                      today[module] != digest and (within is None or module in within)
+                      and not (scheme == CODE_HASH and _same(module, digest, today))))
+
+
+def _removed_counts(module: str, within: Collection[str] | None) -> bool:
+    """Whether a module that is gone from the code compared against counts as changed for a chapter whose
+    modules are ``within`` (None: every module counts): only where its name now names a package in ``within``
+    (see :func:`changed_modules`)."""
+    return within is None or (module.endswith(".py") and f"{module[:-len('.py')]}/__init__.py" in within)
 
 
 def same_function(modules: Mapping[str, str], scheme: str = "source",
@@ -354,8 +365,8 @@ def code_against(entries: list[dict[str, Any]], reference: Mapping[str, Any],
     :func:`resumed_code`: units whose code differs in ``changed_modules`` (only the chapter's
     :func:`chapter_modules` when ``chapter`` is given), and units whose code was not recorded or was
     hashed another way, so that it cannot be compared. As in :func:`changed_modules`, a module
-    added after a unit was computed, or rewritten since without changing its function
-    (:data:`SAME_FUNCTION`), does not count."""
+    added after a unit was computed, removed since unless a package of its name took its place, or
+    rewritten since without changing its function (:data:`SAME_FUNCTION`), does not count."""
     scheme, theirs = reference.get("hash", "source"), reference.get("modules", {})
     codes = {reference.get("digest"): (theirs, scheme), **journal_code(entries)}
     within = chapter_modules(chapter) if chapter else None
@@ -365,8 +376,10 @@ def code_against(entries: list[dict[str, Any]], reference: Mapping[str, Any],
         if recorded is None or recorded[1] != scheme:
             unknown += 1
             continue
-        differ = {m for m, digest in recorded[0].items() if theirs.get(m) != digest and (within is None or m in within)
-                  and not (scheme == CODE_HASH and _same(m, digest, theirs))}
+        differ = {m for m, digest in recorded[0].items()
+                  if (_removed_counts(m, within) if m not in theirs else
+                      theirs[m] != digest and (within is None or m in within)
+                      and not (scheme == CODE_HASH and _same(m, digest, theirs)))}
         other += bool(differ)
         changed |= differ
     return {"other_code_units": other, "code_not_recorded_units": unknown, "changed_modules": sorted(changed)}

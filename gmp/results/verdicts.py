@@ -22,6 +22,7 @@ from typing import Any
 from gmp import rulehistory
 from gmp.results import cache as _cache
 from gmp.results import claims as _claims
+from gmp.results.claims import NotYetRun
 from gmp.results import files as _files
 from gmp.results.claims import (CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPERS, SOURCES, STALE, Claim,
                                 rule_digest)
@@ -29,11 +30,6 @@ from gmp.results.claims import (CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPER
 MALFORMED = (KeyError, IndexError, TypeError, AttributeError)
 """What a claim's rule raises on a payload that lacks what it reads or holds it in another form."""
 
-
-class NotYetRun(Exception):
-    """What a claim's rule raises on a paper-scale payload that lacks the units it judges because they have not run
-    yet (a claim added after the cache, or units waiting for a GPU): the ledger shows :data:`NOT_RUN`, with the
-    exception's message as what was measured, not a corrupt cache."""
 
 PROVISIONAL = "provisional"
 """How the ledger marks a verdict judged on an unfinished run, which the units still to come may change, or one
