@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -123,11 +123,33 @@ def unit_activity(model: torch.nn.Sequential, x: torch.Tensor) -> dict[str, int]
     return {"dead": int((hidden == 0).all(dim=0).sum()), "linear": int((hidden != 0).all(dim=0).sum())}
 
 
+def run_seeds(cfg: Config, seed: int) -> list[int]:
+    """The seeds of a run of the chapter with seed ``seed``: ``cfg.seeds`` of them from ``seed`` on."""
+    return [seed + k for k in range(cfg.seeds)]
+
+
+def run_key(method: str, seed: int) -> str:
+    """The journal key of the run of ``method`` on ``seed``."""
+    return f"{method}-seed{seed}"
+
+
+def _units(cfg: Config, seeds: Sequence[int], device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
+    """One :func:`train_one` per method and seed of ``seeds``, by :func:`run_key`."""
+    return {run_key(method, seed): (lambda m=method, s=seed: train_one(cfg, m, s, device))
+            for method in cfg.methods for seed in seeds}
+
+
+def units(cfg: Config, store: Store, seed: int, device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every run of the chapter (on :func:`run_seeds`), by journal key: what ``python -m gmp.runs`` keeps in the
+    cache and ``--restamp`` recomputes. Deterministic on the CPU with the recorded thread count."""
+    return _units(cfg, run_seeds(cfg, seed), device)
+
+
 def run(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
         ) -> dict[str, dict[int, dict[str, Any]]]:
     """Every method and seed, resumable through ``store.memo``: ``runs[method][seed]``."""
-    return {method: {seed: store.memo(f"{method}-seed{seed}", lambda m=method, s=seed: train_one(cfg, m, s, device))
-                     for seed in seeds} for method in cfg.methods}
+    done = {key: store.memo(key, compute) for key, compute in _units(cfg, seeds, device).items()}
+    return {method: {seed: done[run_key(method, seed)] for seed in seeds} for method in cfg.methods}
 
 
 def _largest(values: Sequence[float | None]) -> float | None:
