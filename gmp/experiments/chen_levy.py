@@ -309,24 +309,13 @@ def _majority_margin(payload: Mapping[str, Any]) -> str:
 
 
 def _earlier_gmp_moves_less(payload: Mapping[str, Any]) -> tuple[str, str]:
-    """The rule of ``chen-levy-stable`` in force when its paper-scale run was made (replaced by dca65ed, which
-    made a GmP run that diverged fail the claim however far it had moved), as it was."""
-    runs = payload["runs"]
-    seeds = list(runs["GmP"])
-    gmp_max = [runs["GmP"][s]["max_move"] for s in seeds]
-    others = {m: [runs[m][s]["max_move"] for s in seeds] for m in payload["methods"] if m != "GmP"}
-    factor = CONFIG["paper"]["far_factor"]
-    if any(v is None for v in gmp_max):
-        return "GmP diverged or recorded no move", NOT_REPRODUCED
-    worst_gmp = max(gmp_max)
-    least_other = {m: min(math.inf if v is None else v for v in vals) for m, vals in others.items()}
-    text = (f"largest GmP move {worst_gmp:.3g} over {len(seeds)} seed(s); smallest largest move of the others: "
-            + ", ".join(f"{m} {v:.3g}" for m, v in least_other.items()))
-    if worst_gmp < PAPER["gmp_max_move_below"] and all(v >= factor for v in least_other.values()):
-        return text, REPRODUCED
-    if all(worst_gmp < v for v in least_other.values()):
-        return text, PARTLY
-    return text, NOT_REPRODUCED
+    """The rule of ``chen-levy-stable`` in force when its paper-scale run was made (replaced by dca65ed), kept to be
+    applied to the later run the chapter caches (the rule at that run's commit, which the ledger can read from git,
+    is today's): today's rule except that a GmP run that diverged was judged by how far it had moved, not failed.
+    It decides as the rule did at commit 1cc9952, where a GmP run without a move also failed the claim."""
+    runs = {method: {seed: {**run, "diverged": False} for seed, run in by_seed.items()} if method == "GmP" else by_seed
+            for method, by_seed in payload["runs"].items()}
+    return _gmp_moves_less({**payload, "runs": runs})
 
 
 def adam_step_bound(beta1: float = 0.9, beta2: float = 0.999) -> float:
