@@ -116,12 +116,9 @@ def run_arms(cfg: Config, store: Store, device: torch.device | str = "cpu") -> d
     todo = _arm_units(cfg, device)
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in cfg.arms}
     with bar(total=len(todo), desc=f"chen_uci_arms {cfg.scale}", unit="run") as progress:
-        for name, arm in cfg.arms.items():
-            for s in cfg.seeds:
-                for d in cfg.datasets:
-                    key = arm_key(name, d, arm["method"], s)
-                    out[name].append(store.memo(key, todo[key]))
-                    progress.update()
+        for key, compute in todo.items():
+            out[key.partition("/")[0]].append(store.memo(key, compute))  # arm_key: the arm's name, then "/"
+            progress.update()
     return out
 
 
