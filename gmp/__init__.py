@@ -13,7 +13,8 @@ from gmp import train
 from gmp.train import EarlyStopping, History, ReduceLROnPlateau, fit
 from gmp.classify import ClassifierHistory, fit_classifier
 from gmp.hyperspherical import angles_to_unit, fourth_moment_test, unit_to_angles, uniform_directions
-from gmp.layers import GmPLinear, MeanNorm, convert
+from gmp.layers import GmPLinear, MeanNorm
+from gmp.conversion import convert
 from gmp.conv import GmPConv2d
 from gmp.characteristic import (BoundaryPerturbation, CharacteristicTracker, boundary_angle,
                                 characteristic_points, perturb_boundary)

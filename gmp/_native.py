@@ -272,8 +272,11 @@ static T NAME(backward_row)(ptrdiff_t k, T scale, const T *restrict theta, const
 
 /* The m rows, split among `threads` threads of the OpenMP runtime that torch runs on (the
    library loaded already under the same name serves this one), or in this thread without
-   OpenMP. Returns 0, or 1 when a thread could not allocate its scratch row. */
-int NAME(forward)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, T *w, int threads) {
+   OpenMP: each row's map (g NULL: w = scale * u(theta) into `out`), or its gradients (the
+   angles' into `out`, the scale's into gscale) from the gradient g of w. Returns 0, or 1 when a
+   thread could not allocate its scratch row. */
+static int NAME(rows)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, const T *g, T *out, T *gscale,
+                      int threads) {
   int failed = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1 && m > 1) reduction(| : failed)
   {
@@ -282,32 +285,25 @@ int NAME(forward)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, T *w
     id = omp_get_thread_num();
     n = omp_get_num_threads();
 #endif
-    T *scratch = malloc(sizeof(T) * (size_t)(2 * k + 1));
+    T *scratch = malloc(sizeof(T) * (size_t)((g ? 3 : 2) * k + 1));
     failed = scratch == NULL;
     for (ptrdiff_t r = m * id / n; scratch && r < m * (id + 1) / n; r++)
-      NAME(forward_row)(k, scale[r], theta + r * k, w + r * (k + 1), scratch);
+      if (g)
+        gscale[r] = NAME(backward_row)(k, scale[r], theta + r * k, g + r * (k + 1), out + r * k, scratch);
+      else
+        NAME(forward_row)(k, scale[r], theta + r * k, out + r * (k + 1), scratch);
     free(scratch);
   }
   return failed;
 }
 
+int NAME(forward)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, T *w, int threads) {
+  return NAME(rows)(m, k, scale, theta, NULL, w, NULL, threads);
+}
+
 int NAME(backward)(ptrdiff_t m, ptrdiff_t k, const T *scale, const T *theta, const T *g, T *gtheta,
                    T *gscale, int threads) {
-  int failed = 0;
-#pragma omp parallel num_threads(threads) if (threads > 1 && m > 1) reduction(| : failed)
-  {
-    ptrdiff_t id = 0, n = 1;
-#ifdef _OPENMP
-    id = omp_get_thread_num();
-    n = omp_get_num_threads();
-#endif
-    T *scratch = malloc(sizeof(T) * (size_t)(3 * k + 1));
-    failed = scratch == NULL;
-    for (ptrdiff_t r = m * id / n; scratch && r < m * (id + 1) / n; r++)
-      gscale[r] = NAME(backward_row)(k, scale[r], theta + r * k, g + r * (k + 1), gtheta + r * k, scratch);
-    free(scratch);
-  }
-  return failed;
+  return NAME(rows)(m, k, scale, theta, g, gtheta, gscale, threads);
 }
 #endif
 """

@@ -519,6 +519,152 @@ def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
+class _PlateauState:
+    """A :class:`ReduceLROnPlateau` during one fit: Keras' ``on_epoch_end``.
+
+    While a cooldown runs, epochs count down and the wait stays 0. An epoch whose monitored value
+    improves on the best (:meth:`_Monitored.improved`) becomes the best and resets the wait;
+    otherwise, out of cooldown, the wait grows, and at ``patience`` the rate becomes
+    ``max(lr * factor, min_lr)`` (if above ``min_lr``) and a cooldown starts.
+    """
+
+    def __init__(self, schedule: ReduceLROnPlateau, lr: float):
+        self.schedule, self.lr = schedule, lr
+        self.best, self.wait, self.cooldown = schedule.initial_best(), 0, 0
+
+    def update(self, logs: Mapping[str, float]) -> bool:
+        """Take the epoch's ``logs``; whether the learning rate :attr:`lr` was reduced."""
+        schedule, current = self.schedule, logs[self.schedule.monitor]
+        if self.cooldown > 0:
+            self.cooldown -= 1
+            self.wait = 0
+        if schedule.improved(current, self.best):
+            self.best, self.wait = current, 0
+        elif self.cooldown == 0:
+            self.wait += 1
+            if self.wait >= schedule.patience and self.lr > schedule.min_lr:
+                self.lr = max(self.lr * schedule.factor, schedule.min_lr)
+                self.cooldown, self.wait = schedule.cooldown, 0
+                return True
+        return False
+
+
+class _StoppingState:
+    """An :class:`EarlyStopping` during one fit: Keras' ``on_epoch_end`` and ``on_train_end``.
+
+    Every epoch adds one to the wait; an epoch whose monitored value improves on the best resets
+    it, is recorded in the history as the best and (with ``restore_best_weights``) snapshots the
+    weights, which are also snapshotted at the first epoch. A wait of ``patience`` stops the run,
+    never after the first epoch.
+    """
+
+    def __init__(self, schedule: EarlyStopping):
+        self.schedule, self.best, self.wait = schedule, schedule.initial_best(), 0
+        self.best_state: dict[str, Tensor] | None = None
+
+    def update(self, epoch: int, logs: Mapping[str, float], model: nn.Module, history: History) -> bool:
+        """Take the ``logs`` of ``epoch``; whether the run stops here."""
+        schedule, current = self.schedule, logs[self.schedule.monitor]
+        if schedule.restore_best_weights and self.best_state is None:
+            self.best_state = _snapshot(model)
+        self.wait += 1
+        if schedule.improved(current, self.best):
+            self.best, self.wait = current, 0
+            history.best_epoch, history.best_value = epoch, float(current)
+            if schedule.restore_best_weights:
+                self.best_state = _snapshot(model)
+            return False
+        return self.wait >= schedule.patience and epoch > 0
+
+    def restore(self, model: nn.Module, history: History) -> None:
+        """Put back the best weights, where they are kept (``restore_best_weights``) and one epoch has been seen."""
+        if self.schedule.restore_best_weights and self.best_state is not None:
+            model.load_state_dict(self.best_state)
+            history.restored_best = True
+
+
+def _check_fit(epochs: Any, batch_size: Any, loss: str | LossFn, metrics: Mapping[str, Metric] | None, train: Data,
+               validation: Data | None, schedules: Iterable[_Monitored | None]
+               ) -> tuple[LossFn, dict[str, Metric], tuple[Tensor, Tensor] | None]:
+    """The checks of :func:`fit`'s arguments before anything runs; its loss function, its metrics and the
+    training pair ``(x, y)`` (None for an iterable of batches)."""
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be None (full batch) or an integer >= 1, got {batch_size!r}")
+    loss_fn = _loss(loss)
+    metrics = dict(metrics or {})
+    for name, fn in metrics.items():
+        if not callable(fn):
+            raise ValueError(f"metric {name!r} must be a callable fn(pred, target), got {fn!r}")
+    pair = _as_tensor_pair(train, "training data")
+    if pair is None and batch_size is not None:
+        raise ValueError("batch_size applies to tensor data; an iterable of batches is used as it is")
+    if validation is not None:
+        _as_tensor_pair(validation, "validation data")
+    known = ["loss"] + (["val_loss"] + [f"val_{name}" for name in metrics] if validation is not None else [])
+    for schedule in schedules:
+        if schedule is not None and schedule.monitor not in known:
+            raise ValueError(f"cannot monitor {schedule.monitor!r}: the quantities logged in this run are "
+                             f"{', '.join(known)} (val_* need validation data, val_<name> a metric <name>)")
+    return loss_fn, metrics, pair
+
+
+def _train_epoch(model: nn.Module, batches: Batches, loss_fn: LossFn, opt: torch.optim.Optimizer,
+                 augment: Callable[[Tensor], Tensor] | None, step_callbacks: Sequence[StepCallback],
+                 step: int) -> tuple[float | None, int]:
+    """One epoch of updates from global step ``step``: ``(loss, step)`` after it, where ``loss`` is the
+    batch-size weighted mean of the batches' losses, each computed before its update (Keras' ``loss``), or
+    None where a loss was not finite (the epoch stops there, before that batch's update).
+
+    Per batch: ``augment`` the inputs, zero the gradients, compute the loss, backpropagate, call each
+    ``step_callback(step, model)`` with the gradients in place, update.
+    """
+    total, count = 0.0, 0
+    for xb, yb in batches:
+        if augment is not None:
+            xb = augment(xb)
+        opt.zero_grad(set_to_none=True)
+        value = loss_fn(model(xb), yb)
+        if not torch.isfinite(value).item():
+            return None, step
+        value.backward()
+        for hook in step_callbacks:
+            hook(step, model)
+        opt.step()
+        total += value.item() * xb.shape[0]
+        count += xb.shape[0]
+        step += 1
+    if count == 0:
+        raise ValueError("the training data yielded no batch in an epoch")
+    return total / count, step
+
+
+def _diverged(history: History, epoch: int, step: int, validated: bool) -> None:
+    """Record in ``history`` that the training loss of ``epoch`` was not finite at global ``step``: NaN in
+    every per-epoch list of that epoch (the validation's too where the fit is ``validated``)."""
+    history.train_loss.append(math.nan)
+    if validated:
+        history.val_loss.append(math.nan)
+        for values in history.metrics.values():
+            values.append(math.nan)
+    history.diverged, history.diverged_epoch, history.diverged_step = True, epoch, step
+
+
+def _validate(model: nn.Module, validation: Data, loss_fn: LossFn, metrics: Mapping[str, Metric],
+              batch_size: int | None, device: torch.device | None, dtype: torch.dtype | None,
+              history: History) -> dict[str, float]:
+    """The loss and ``metrics`` of ``model`` on the whole ``validation`` data at the end of an epoch, in evaluation
+    mode (:func:`evaluate`), appended to ``history`` and returned as Keras logs them: ``val_loss``,
+    ``val_<metric>``."""
+    val = evaluate(model, validation, loss=loss_fn, metrics=metrics, batch_size=batch_size, device=device,
+                   dtype=dtype)
+    history.val_loss.append(val["loss"])
+    for name in metrics:
+        history.metrics[name].append(val[name])
+    return {"val_loss": val["loss"], **{f"val_{name}": val[name] for name in metrics}}
+
+
 def fit(model: nn.Module, train: Data, *, epochs: int, lr: float, loss: str | LossFn = "mse",
         optimizer: str = "adam", momentum: float = 0.0, optimizer_options: Mapping[str, Any] | None = None,
         batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
@@ -561,27 +707,8 @@ def fit(model: nn.Module, train: Data, *, epochs: int, lr: float, loss: str | Lo
     ``progress``: None shows a bar only in a terminal (quiet in book builds), False never,
     True always.
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"batch_size must be None (full batch) or an integer >= 1, got {batch_size!r}")
-    loss_fn = _loss(loss)
-    metrics = dict(metrics or {})
-    for name, fn in metrics.items():
-        if not callable(fn):
-            raise ValueError(f"metric {name!r} must be a callable fn(pred, target), got {fn!r}")
-    pair = _as_tensor_pair(train, "training data")
-    if pair is None and batch_size is not None:
-        raise ValueError("batch_size applies to tensor data; an iterable of batches is used as it is")
-    has_val = validation is not None
-    if has_val:
-        _as_tensor_pair(validation, "validation data")
-    known = ["loss"] + (["val_loss"] + [f"val_{name}" for name in metrics] if has_val else [])
-    for schedule in (plateau, early_stopping):
-        if schedule is not None and schedule.monitor not in known:
-            raise ValueError(f"cannot monitor {schedule.monitor!r}: the quantities logged in this run are "
-                             f"{', '.join(known)} (val_* need validation data, val_<name> a metric <name>)")
-
+    loss_fn, metrics, pair = _check_fit(epochs, batch_size, loss, metrics, train, validation,
+                                        (plateau, early_stopping))
     device = torch.device(device) if device is not None else None
     if dtype is not None or device is not None:
         model.to(device=device, dtype=dtype)
@@ -589,100 +716,38 @@ def fit(model: nn.Module, train: Data, *, epochs: int, lr: float, loss: str | Lo
         x, y = (_cast(t, device, dtype) for t in pair)
     opt = _optimizer(optimizer, model.parameters(), lr, momentum, optimizer_options)
     generator = torch.Generator().manual_seed(seed) if shuffle else None
-
+    has_val = validation is not None
     history = History(metrics={name: [] for name in metrics} if has_val else {})
-    plateau_best = plateau.initial_best() if plateau else math.nan
-    plateau_wait = plateau_cooldown = 0
-    stop_best = early_stopping.initial_best() if early_stopping else math.nan
-    stop_wait = 0
-    best_state: dict[str, Tensor] | None = None
-    current_lr = float(lr)
-    step = 0
-    start = time.perf_counter()
+    reduce = _PlateauState(plateau, float(lr)) if plateau is not None else None
+    stopping = _StoppingState(early_stopping) if early_stopping is not None else None
+    current_lr, step, start = float(lr), 0, time.perf_counter()
     model.train()
-    epochs_bar = bar(range(epochs), desc=description, leave=False,
-                     disable=None if progress is None else not progress)
+    epochs_bar = bar(range(epochs), desc=description, leave=False, disable=None if progress is None else not progress)
     for epoch in epochs_bar:
-        total, count, diverged = 0.0, 0, False
         batches = _batches(x, y, batch_size, generator) if pair is not None else (
             (_cast(xb, device, dtype), _cast(yb, device, dtype)) for xb, yb in train)
-        for xb, yb in batches:
-            if augment is not None:
-                xb = augment(xb)
-            opt.zero_grad(set_to_none=True)
-            value = loss_fn(model(xb), yb)
-            if not torch.isfinite(value).item():
-                diverged = True
-                break
-            value.backward()
-            for hook in step_callbacks:
-                hook(step, model)
-            opt.step()
-            total += value.item() * xb.shape[0]
-            count += xb.shape[0]
-            step += 1
+        train_loss, step = _train_epoch(model, batches, loss_fn, opt, augment, step_callbacks, step)
         history.lr.append(current_lr)
-        if diverged:
-            history.train_loss.append(math.nan)
-            if has_val:
-                history.val_loss.append(math.nan)
-                for name in metrics:
-                    history.metrics[name].append(math.nan)
-            history.diverged, history.diverged_epoch, history.diverged_step = True, epoch, step
-            if early_stopping is not None and early_stopping.restore_best_weights and best_state is not None:
-                model.load_state_dict(best_state)
-                history.restored_best = True
+        if train_loss is None:
+            _diverged(history, epoch, step, has_val)
+            if stopping is not None:
+                stopping.restore(model, history)
             break
-        if count == 0:
-            raise ValueError("the training data yielded no batch in an epoch")
-        logs = {"loss": total / count}
-        history.train_loss.append(logs["loss"])
+        logs = {"loss": train_loss}
+        history.train_loss.append(train_loss)
         if has_val:
-            val = evaluate(model, validation, loss=loss_fn, metrics=metrics, batch_size=eval_batch_size,
-                           device=device, dtype=dtype)
-            logs["val_loss"] = val["loss"]
-            history.val_loss.append(val["loss"])
-            for name in metrics:
-                logs[f"val_{name}"] = val[name]
-                history.metrics[name].append(val[name])
+            logs |= _validate(model, validation, loss_fn, metrics, eval_batch_size, device, dtype, history)
         history.steps = step
-
-        if plateau is not None:
-            current = logs[plateau.monitor]
-            if plateau_cooldown > 0:
-                plateau_cooldown -= 1
-                plateau_wait = 0
-            if plateau.improved(current, plateau_best):
-                plateau_best, plateau_wait = current, 0
-            elif plateau_cooldown == 0:
-                plateau_wait += 1
-                if plateau_wait >= plateau.patience and current_lr > plateau.min_lr:
-                    current_lr = max(current_lr * plateau.factor, plateau.min_lr)
-                    _set_lr(opt, current_lr)
-                    plateau_cooldown, plateau_wait = plateau.cooldown, 0
-
-        stop = False
-        if early_stopping is not None:
-            current = logs[early_stopping.monitor]
-            if early_stopping.restore_best_weights and best_state is None:
-                best_state = _snapshot(model)
-            stop_wait += 1
-            if early_stopping.improved(current, stop_best):
-                stop_best, stop_wait = current, 0
-                history.best_epoch, history.best_value = epoch, float(current)
-                if early_stopping.restore_best_weights:
-                    best_state = _snapshot(model)
-            elif stop_wait >= early_stopping.patience and epoch > 0:
-                stop = True
-
+        if reduce is not None and reduce.update(logs):
+            current_lr = reduce.lr
+            _set_lr(opt, current_lr)
+        stop = stopping is not None and stopping.update(epoch, logs, model, history)
         for callback in callbacks:
             callback(epoch, model)
         epochs_bar.set_postfix(loss=f"{logs['loss']:.4g}", lr=f"{current_lr:.2g}", refresh=False)
         if stop:
             history.stopped_early, history.stopped_epoch = True, epoch
-            if early_stopping.restore_best_weights and best_state is not None:
-                model.load_state_dict(best_state)
-                history.restored_best = True
+            stopping.restore(model, history)
             break
     epochs_bar.close()
     history.steps = step

@@ -192,6 +192,25 @@ def test_uci_claim_is_reproduced_only_beyond_noise_on_all_six_and_diverged_runs_
     assert verdict == PARTLY and "1 diverged runs counted as chance" in measured
 
 
+def test_levy_stable_earlier_rule_judged_a_diverged_gmp_run_by_its_moves_where_todays_fails_it():
+    """The rule of chen-levy-stable in force at its first paper-scale run, applied to the later run the chapter caches:
+    today's rule but for a GmP run that diverged, which it judged by how far it had moved (today's fails the claim);
+    a GmP run without a move failed under both."""
+    from gmp.experiments import chen_levy
+
+    claim = _claim(chen_levy, "chen-levy-stable")
+    payload = json.loads((RESULTS / "chen_levy" / "paper" / "fig2.json").read_text())
+    assert claim.evaluate(payload) == claim.evaluate(payload, claim.earlier.check)
+    assert claim.evaluate(payload)[1] == REPRODUCED
+    diverged = copy.deepcopy(payload)
+    first = next(iter(diverged["runs"]["GmP"].values()))
+    first["diverged"], first["diverged_epoch"] = True, 9
+    assert claim.evaluate(diverged)[1] == NOT_REPRODUCED and "seed 0 at epoch 9" in claim.evaluate(diverged)[0]
+    assert claim.evaluate(diverged, claim.earlier.check) == claim.evaluate(payload)
+    first["max_move"] = None
+    assert claim.evaluate(diverged, claim.earlier.check)[1] == NOT_REPRODUCED
+
+
 def test_levy_rmse_partly_means_lowest_mean_in_most_seeds_not_beyond_noise_and_divergence_counts_as_chance():
     from gmp.experiments import chen_levy
 

@@ -370,3 +370,20 @@ def test_gmp_linear_off_the_cpu_reads_no_tensor_on_the_host():
     layer = gmp.GmPLinear(40, 6, mean_norm=True).to("meta")
     layer(torch.empty(8, 40, device="meta")).sum().backward()
     assert layer.theta.grad.shape == (6, 39) and layer.r.grad.shape == (6,) and layer.lam.grad.shape == (6,)
+
+
+def test_layers_and_conv_depend_one_way_and_convert_lives_above_both():
+    """gmp.conv builds on gmp.layers; gmp.layers imports neither gmp.conv nor gmp.conversion anywhere (inside
+    functions too), so the two never import each other in a circle."""
+    import ast
+    from pathlib import Path
+
+    def imported(module: str) -> set[str]:
+        tree = ast.parse(Path(gmp.__file__).with_name(f"{module}.py").read_text())
+        names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        return names | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+
+    assert "gmp.layers" in imported("conv")
+    assert not {"gmp.conv", "gmp.conversion"} & imported("layers")
+    assert {"gmp.conv", "gmp.layers"} <= imported("conversion")
+    assert gmp.convert.__module__ == "gmp.conversion"

@@ -333,3 +333,52 @@ def test_a_checkpoint_of_another_structure_is_refused_with_what_it_lacks(tmp_pat
     torch.save({"settings": {}}, path)
     with pytest.raises(ValueError, match=r"lacks the entries 'model', 'step', so it was not written by this fit; delete it"):
         gmp.train.load_checkpoint(path, keys=("settings", "model", "step"))
+
+
+@pytest.mark.parametrize("loss, optimizer, batch_size", [("mae", "adam", None), ("mse", "adam", 4), ("mse", "sgd", 4)])
+def test_fit_equals_a_plain_torch_loop_with_keras_schedules_bitwise(loss, optimizer, batch_size):
+    """fit's parts (one epoch of updates, validation, plateau and early stopping) compose to the loop Keras runs,
+    written out here: mini-batches drawn by a generator seeded with ``seed``, each augmented, its loss taken before
+    its update; then the validation loss, the plateau's rate and the early stop with the best weights restored."""
+    x, y = _data(n=10, seed=1)
+    xv, yv = _data(n=6, seed=2)
+    losses = {"mae": lambda p, t: (p - t).abs().mean(), "mse": lambda p, t: (p - t).pow(2).mean()}
+    model, reference = _model(3), _model(3)
+    history = fit(model, (x, y), epochs=40, lr=0.2, loss=loss, optimizer=optimizer, batch_size=batch_size, seed=5,
+                  augment=lambda xb: 1.5 * xb, validation=(xv, yv),
+                  plateau=ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=2, cooldown=1, min_delta=0.0),
+                  early_stopping=EarlyStopping(monitor="val_loss", patience=4, restore_best_weights=True))
+    opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(reference.parameters(), lr=0.2)
+    generator, lr, val_losses = torch.Generator().manual_seed(5), 0.2, []
+    plateau_best, wait, cooldown, stop_best, stop_wait, best, best_epoch = math.inf, 0, 0, math.inf, 0, None, None
+    for epoch in range(40):
+        order = torch.randperm(10, generator=generator) if batch_size else torch.arange(10)
+        for start in range(0, 10, batch_size or 10):
+            index = order[start:start + (batch_size or 10)]
+            opt.zero_grad(set_to_none=True)
+            losses[loss](reference(1.5 * x[index]), y[index]).backward()
+            opt.step()
+        with torch.no_grad():
+            current = losses[loss](reference(xv), yv).item()
+        val_losses.append(current)
+        if cooldown > 0:
+            cooldown, wait = cooldown - 1, 0
+        if current < plateau_best:
+            plateau_best, wait = current, 0
+        elif cooldown == 0:
+            wait += 1
+            if wait >= 2:
+                lr, cooldown, wait = lr * 0.5, 1, 0
+                for group in opt.param_groups:
+                    group["lr"] = lr
+        best = best or {k: v.clone() for k, v in reference.state_dict().items()}
+        stop_wait += 1
+        if current < stop_best:
+            stop_best, stop_wait, best_epoch = current, 0, epoch
+            best = {k: v.clone() for k, v in reference.state_dict().items()}
+        elif stop_wait >= 4 and epoch > 0:
+            reference.load_state_dict(best)
+            break
+    assert history.val_loss == val_losses and history.best_epoch == best_epoch and history.stopped_early
+    assert torch.equal(model.weight, reference.weight) and torch.equal(model.bias, reference.bias)
+    assert history.lr[-1] < 0.2 and history.restored_best

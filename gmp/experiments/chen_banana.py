@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -138,21 +138,31 @@ def train_one(cfg: Config, method: str, lr: float, protocol: str, seed: int,
     }
 
 
+def run_seeds(cfg: Config, seed: int) -> list[int]:
+    """The seeds of a run of the chapter with seed ``seed``: ``cfg.seeds`` of them from ``seed`` on."""
+    return [seed + k for k in range(cfg.seeds)]
+
+
+def _units(cfg: Config, seeds: Sequence[int], device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
+    """One :func:`train_one` per protocol, method, learning rate and seed of ``seeds``, by :func:`run_key`."""
+    return {run_key(method, lr, protocol, seed): (lambda m=method, l=lr, p=protocol, s=seed:
+                                                  train_one(cfg, m, l, p, s, device))
+            for protocol in cfg.protocols for method in cfg.methods for lr in cfg.lrs for seed in seeds}
+
+
+def units(cfg: Config, store: Store, seed: int, device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every run of the chapter (on :func:`run_seeds`), by journal key: what ``python -m gmp.runs`` keeps in the
+    cache and ``--restamp`` recomputes. Deterministic on the CPU with the recorded thread count."""
+    return _units(cfg, run_seeds(cfg, seed), device)
+
+
 def run(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
         ) -> dict[str, dict[str, Any]]:
     """Every protocol, method, learning rate and seed, resumable through ``store.memo``.
 
     Returns ``runs[key]`` with keys ``"<method>-lr<lr>-<protocol>-seed<seed>"``.
     """
-    runs = {}
-    for protocol in cfg.protocols:
-        for method in cfg.methods:
-            for lr in cfg.lrs:
-                for seed in seeds:
-                    key = run_key(method, lr, protocol, seed)
-                    runs[key] = store.memo(key, lambda m=method, l=lr, p=protocol, s=seed:
-                                           train_one(cfg, m, l, p, s, device))
-    return runs
+    return {key: store.memo(key, compute) for key, compute in _units(cfg, seeds, device).items()}
 
 
 def rebuild(cfg: Config, result: Mapping[str, Any]) -> torch.nn.Module:

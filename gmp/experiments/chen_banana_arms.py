@@ -16,7 +16,7 @@ paper-scale run is not repeated), else computed here.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,27 +49,50 @@ def _cell(run: Mapping[str, Any]) -> dict[str, Any]:
             "epochs": len(h["train_loss"]), "best_epoch": h["best_epoch"], "diverged": h["diverged"]}
 
 
-def run_arms(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
-             ) -> dict[str, Any]:
-    """``arms[init][protocol][lr][str(seed)]``: GmP under every arm init, resumable through ``store.memo``."""
-    out: dict[str, Any] = {}
+def _arm_units(cfg: Config, seeds: Sequence[int], device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
+    """GmP under every arm init, protocol, learning rate and seed of ``seeds``, keyed ``<init>/<the chapter's run
+    key>``; each unit is the :func:`_cell` of a run."""
+    out = {}
     for init in cfg.arm_inits:
         arm_cfg = _main_cfg(cfg, init)
-        out[init] = {p: {f"{lr:g}": {str(s): store.memo(f"{init}/{chen_banana.run_key('GmP', lr, p, s)}",
-                                                         lambda l=lr, p=p, s=s: _cell(chen_banana.train_one(
-                                                             arm_cfg, "GmP", l, p, s, device)))
-                                     for s in seeds} for lr in cfg.lrs} for p in cfg.protocols}
+        out |= {f"{init}/{chen_banana.run_key('GmP', lr, p, s)}": (lambda c=arm_cfg, l=lr, p=p, s=s: _cell(
+            chen_banana.train_one(c, "GmP", l, p, s, device))) for p in cfg.protocols for lr in cfg.lrs for s in seeds}
     return out
 
 
-def reference(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
-              ) -> dict[str, Any]:
-    """The chapter's ``fig3`` payload on ``seeds``: from its cache at ``cfg.scale`` when current, else computed."""
+def _cached_reference(cfg: Config, seeds: Sequence[int]) -> dict[str, Any] | None:
+    """:func:`reference` from the chapter's cache at ``cfg.scale`` when that is current and holds ``seeds``, else None."""
     entry = _results.cached("chen_banana", "fig3", cfg.scale)
     if entry.current and [int(s) for s in seeds] == entry.payload["seeds"]:
         p = entry.provenance or {}
         return {"source": f"the chapter's {cfg.scale}-scale cache (run of {p.get('date', '?')}, "
                           f"config digest {p.get('config_digest', '?')})", "payload": entry.payload}
+    return None
+
+
+def units(cfg: Config, store: Store, seed: int, device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every run of the chapter by journal key (on :func:`gmp.experiments.chen_banana.run_seeds`): the arms', and the
+    chapter's own (:func:`gmp.experiments.chen_banana.units`, same keys) where its cache does not serve them, as
+    :func:`reference` decides. What ``python -m gmp.runs`` keeps in the cache and ``--restamp`` recomputes."""
+    seeds = chen_banana.run_seeds(cfg, seed)
+    own = {} if _cached_reference(cfg, seeds) is not None else chen_banana.units(_main_cfg(cfg), store, seed, device)
+    return _arm_units(cfg, seeds, device) | own
+
+
+def run_arms(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
+             ) -> dict[str, Any]:
+    """``arms[init][protocol][lr][str(seed)]``: GmP under every arm init, resumable through ``store.memo``."""
+    cells = {key: store.memo(key, compute) for key, compute in _arm_units(cfg, seeds, device).items()}
+    return {init: {p: {f"{lr:g}": {str(s): cells[f"{init}/{chen_banana.run_key('GmP', lr, p, s)}"] for s in seeds}
+                       for lr in cfg.lrs} for p in cfg.protocols} for init in cfg.arm_inits}
+
+
+def reference(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
+              ) -> dict[str, Any]:
+    """The chapter's ``fig3`` payload on ``seeds``: from its cache at ``cfg.scale`` when current, else computed."""
+    cached = _cached_reference(cfg, seeds)
+    if cached is not None:
+        return cached
     main = _main_cfg(cfg)
     runs = chen_banana.run(main, store, seeds, device)
     return {"source": "computed here (no current cache of the chapter at this scale)",

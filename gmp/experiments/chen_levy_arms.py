@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,16 +64,63 @@ def record(run: Mapping[str, Any]) -> dict[str, Any]:
             "dead_units": run["units"]["dead"], "linear_units": run["units"]["linear"], "lr": run["lr"]}
 
 
+def arm_key(name: str, seed: int) -> str:
+    """The journal key of the run of the arm ``name`` on ``seed``."""
+    return f"arm/{name}/seed{seed}"
+
+
+def reference_key(method: str, seed: int) -> str:
+    """The journal key of the chapter's run of ``method`` on ``seed``, where :func:`reference` computes it."""
+    return f"reference/{method}/seed{seed}"
+
+
+def _arm_units(cfg: Config, seeds: Sequence[int], device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The :func:`record` of every arm of ``cfg.arms`` on every seed of ``seeds``, by :func:`arm_key`."""
+    out = {}
+    for name, arm in cfg.arms.items():
+        arm_cfg = arm_config(cfg, arm)
+        out |= {arm_key(name, seed): (lambda c=arm_cfg, m=arm["method"], s=seed: record(chen_levy.train_one(c, m, s,
+                                                                                                             device)))
+                for seed in seeds}
+    return out
+
+
+def _reference_units(cfg: Config, seeds: Sequence[int], device: torch.device | str
+                     ) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The :func:`record` of the chapter's run of every method (at its official rate) on every seed of ``seeds``,
+    by :func:`reference_key`."""
+    main_cfg = arm_config(cfg, {"method": "GmP", "lr": cfg.lr["GmP"], "init": cfg.gmp_init})
+    return {reference_key(m, seed): (lambda m=m, s=seed: record(chen_levy.train_one(main_cfg, m, s, device)))
+            for m in cfg.methods for seed in seeds}
+
+
+def _cached_reference(cfg: Config, seeds: Sequence[int]) -> dict[str, Any] | None:
+    """:func:`reference` from the chapter's ``fig2`` cache at ``cfg.scale`` when that is current and holds ``seeds``,
+    else None."""
+    entry = _results.cached("chen_levy", "fig2", cfg.scale)
+    wanted = {str(s) for s in seeds}
+    if entry.current and all(wanted <= set(entry.payload["runs"][m]) for m in cfg.methods):
+        p = entry.provenance or {}
+        return {"source": f"the chapter's {cfg.scale}-scale cache (run of {p.get('date', '?')}, "
+                          f"config digest {p.get('config_digest', '?')})",
+                "runs": {m: {s: entry.payload["runs"][m][s] for s in sorted(wanted, key=int)} for m in cfg.methods}}
+    return None
+
+
+def units(cfg: Config, store: Store, seed: int, device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every run of the chapter by journal key (on :func:`gmp.experiments.chen_levy.run_seeds`): the arms', and the
+    chapter's own where its cache does not serve them, as :func:`reference` decides. What ``python -m gmp.runs``
+    keeps in the cache and ``--restamp`` recomputes."""
+    seeds = chen_levy.run_seeds(cfg, seed)
+    own = {} if _cached_reference(cfg, seeds) is not None else _reference_units(cfg, seeds, device)
+    return _arm_units(cfg, seeds, device) | own
+
+
 def run_arms(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
              ) -> dict[str, dict[str, dict[str, Any]]]:
     """``runs[arm][str(seed)]``: every arm of ``cfg.arms`` on every seed, resumable through ``store.memo``."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for name, arm in cfg.arms.items():
-        arm_cfg = arm_config(cfg, arm)
-        out[name] = {str(seed): store.memo(f"arm/{name}/seed{seed}", lambda c=arm_cfg, m=arm["method"], s=seed:
-                                           record(chen_levy.train_one(c, m, s, device)))
-                     for seed in seeds}
-    return out
+    done = {key: store.memo(key, compute) for key, compute in _arm_units(cfg, seeds, device).items()}
+    return {name: {str(seed): done[arm_key(name, seed)] for seed in seeds} for name in cfg.arms}
 
 
 def reference(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
@@ -83,18 +130,12 @@ def reference(cfg: Config, store: Store, seeds: Sequence[int], device: torch.dev
     From the chapter's ``fig2`` cache at ``cfg.scale`` when it is current and holds these seeds;
     otherwise computed here through ``store.memo``. ``source`` says which.
     """
-    main_cfg = arm_config(cfg, {"method": "GmP", "lr": cfg.lr["GmP"], "init": cfg.gmp_init})
-    entry = _results.cached("chen_levy", "fig2", cfg.scale)
-    wanted = {str(s) for s in seeds}
-    if entry.current and all(wanted <= set(entry.payload["runs"][m]) for m in cfg.methods):
-        p = entry.provenance or {}
-        return {"source": f"the chapter's {cfg.scale}-scale cache (run of {p.get('date', '?')}, "
-                          f"config digest {p.get('config_digest', '?')})",
-                "runs": {m: {s: entry.payload["runs"][m][s] for s in sorted(wanted, key=int)} for m in cfg.methods}}
-    runs = {m: {str(seed): store.memo(f"reference/{m}/seed{seed}",
-                                      lambda m=m, s=seed: record(chen_levy.train_one(main_cfg, m, s, device)))
-                for seed in seeds} for m in cfg.methods}
-    return {"source": "computed here (no current cache of the chapter at this scale)", "runs": runs}
+    cached = _cached_reference(cfg, seeds)
+    if cached is not None:
+        return cached
+    done = {key: store.memo(key, compute) for key, compute in _reference_units(cfg, seeds, device).items()}
+    return {"source": "computed here (no current cache of the chapter at this scale)",
+            "runs": {m: {str(seed): done[reference_key(m, seed)] for seed in seeds} for m in cfg.methods}}
 
 
 def summary(cfg: Config, arms: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, Any]:

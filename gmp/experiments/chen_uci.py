@@ -129,21 +129,29 @@ def run_one(cfg: Config | Mapping[str, Any], dataset: str, method: str, protocol
     return out
 
 
+def units(cfg: Config, store: Store, seed: int = 0, device: torch.device | str = "cpu"
+          ) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every (seed, dataset, method, protocol) run of ``cfg`` by journal key (:func:`run_key`), seeds outermost:
+    what ``python -m gmp.runs`` keeps in the cache and ``--restamp`` recomputes. The seeds are ``cfg.seeds``
+    (the table's), whatever the run's ``seed``. Deterministic on the CPU with the recorded thread count."""
+    return {run_key(protocol, dataset, method, s): (lambda s=s, d=dataset, m=method, p=protocol:
+                                                     run_one(cfg, d, m, p, s, device))
+            for s in cfg.seeds for dataset in cfg.datasets for method in cfg.methods for protocol in cfg.protocols}
+
+
 def run_grid(cfg: Config, store: Store, device: torch.device | str = "cpu") -> list[dict[str, Any]]:
-    """Every (seed, dataset, method, protocol) run of ``cfg``, each through ``store.memo``.
+    """Every run of :func:`units`, each through ``store.memo``.
 
     Seeds are the outer loop, so that an interrupted paper-scale run has finished every
     cell of the table for its first seeds, and the progress bar's estimate of the total
     time is meaningful after the first seed.
     """
-    grid = [(seed, dataset, method, protocol) for seed in cfg.seeds for dataset in cfg.datasets
-            for method in cfg.methods for protocol in cfg.protocols]
+    todo = units(cfg, store, device=device)
     runs = []
-    with bar(total=len(grid), desc=f"chen_uci {cfg.scale}", unit="run") as progress:
-        for seed, dataset, method, protocol in grid:
-            progress.set_postfix_str(f"seed {seed} {dataset} {method} {protocol}", refresh=False)
-            runs.append(store.memo(run_key(protocol, dataset, method, seed),
-                                   lambda: run_one(cfg, dataset, method, protocol, seed, device)))
+    with bar(total=len(todo), desc=f"chen_uci {cfg.scale}", unit="run") as progress:
+        for key, compute in todo.items():
+            progress.set_postfix_str(key, refresh=False)
+            runs.append(store.memo(key, compute))
             progress.update()
     return runs
 

@@ -18,7 +18,7 @@ scale when that is current, else computed here.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,25 +57,38 @@ def arm_config(cfg: Config, arm: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def run_arms(cfg: Config, store: Store, device: torch.device | str = "cpu") -> dict[str, list[dict[str, Any]]]:
-    """``runs[arm]``: the arm's runs (each through ``store.memo``), arm by arm so that an
-    interrupted run has finished whole arms first."""
-    grid = [(name, seed, dataset) for name in cfg.arms for seed in cfg.seeds for dataset in cfg.datasets]
-    out: dict[str, list[dict[str, Any]]] = {name: [] for name in cfg.arms}
-    with bar(total=len(grid), desc=f"chen_uci_arms {cfg.scale}", unit="run") as progress:
-        for name, seed, dataset in grid:
-            arm = cfg.arms[name]
-            settings = arm_config(cfg, arm)
-            out[name].append(store.memo(f"{name}/{chen_uci.run_key('clean', dataset, arm['method'], seed)}",
-                                        lambda: chen_uci.run_one(settings, dataset, arm["method"], "clean", seed,
-                                                                 device)))
-            progress.update()
+def arm_key(name: str, dataset: str, method: str, seed: int) -> str:
+    """The journal key of the run of the arm ``name`` (of ``method``) on ``dataset`` and ``seed``."""
+    return f"{name}/{chen_uci.run_key('clean', dataset, method, seed)}"
+
+
+def reference_key(dataset: str, method: str, seed: int) -> str:
+    """The journal key of the chapter's run of ``method`` on ``dataset`` and ``seed``, where :func:`reference`
+    computes it."""
+    return f"reference/{chen_uci.run_key('clean', dataset, method, seed)}"
+
+
+def _arm_units(cfg: Config, device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every arm's runs on the clean protocol, arm by arm, then seed by seed, by :func:`arm_key`."""
+    out = {}
+    for name, arm in cfg.arms.items():
+        settings = arm_config(cfg, arm)
+        out |= {arm_key(name, d, arm["method"], s): (lambda c=settings, d=d, m=arm["method"], s=s:
+                                                     chen_uci.run_one(c, d, m, "clean", s, device))
+                for s in cfg.seeds for d in cfg.datasets}
     return out
 
 
-def reference(cfg: Config, store: Store, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """The chapter's clean-protocol runs on the arms' data sets and seeds: from its ``table1``
-    cache at ``cfg.scale`` when current and complete for them, else computed here."""
+def _reference_units(cfg: Config, device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The chapter's clean-protocol runs on the arms' data sets and seeds, by :func:`reference_key`."""
+    settings = {k: v for k, v in cfg.items() if k != "arms"}
+    return {reference_key(d, m, s): (lambda d=d, m=m, s=s: chen_uci.run_one(settings, d, m, "clean", s, device))
+            for s in cfg.seeds for d in cfg.datasets for m in cfg.methods}
+
+
+def _cached_reference(cfg: Config) -> dict[str, Any] | None:
+    """:func:`reference` from the chapter's ``table1`` cache at ``cfg.scale`` when that is current and complete for
+    the arms' data sets and seeds, else None."""
     wanted = {(d, m, s) for d in cfg.datasets for m in cfg.methods for s in cfg.seeds}
     entry = _results.cached("chen_uci", "table1", cfg.scale)
     if entry.current:
@@ -85,10 +98,37 @@ def reference(cfg: Config, store: Store, device: torch.device | str = "cpu") -> 
             p = entry.provenance or {}
             return {"source": f"the chapter's {cfg.scale}-scale cache (run of {p.get('date', '?')}, "
                               f"config digest {p.get('config_digest', '?')})", "runs": runs}
-    settings = {k: v for k, v in cfg.items() if k != "arms"}
-    runs = [store.memo(f"reference/{chen_uci.run_key('clean', d, m, s)}",
-                       lambda d=d, m=m, s=s: chen_uci.run_one(settings, d, m, "clean", s, device))
-            for s in cfg.seeds for d in cfg.datasets for m in cfg.methods]
+    return None
+
+
+def units(cfg: Config, store: Store, seed: int = 0, device: torch.device | str = "cpu"
+          ) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every run of the chapter by journal key: the arms', and the chapter's own where its cache does not serve
+    them, as :func:`reference` decides. The seeds are ``cfg.seeds``, whatever the run's ``seed``. What
+    ``python -m gmp.runs`` keeps in the cache and ``--restamp`` recomputes."""
+    own = {} if _cached_reference(cfg) is not None else _reference_units(cfg, device)
+    return _arm_units(cfg, device) | own
+
+
+def run_arms(cfg: Config, store: Store, device: torch.device | str = "cpu") -> dict[str, list[dict[str, Any]]]:
+    """``runs[arm]``: the arm's runs (each through ``store.memo``), arm by arm so that an
+    interrupted run has finished whole arms first."""
+    todo = _arm_units(cfg, device)
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in cfg.arms}
+    with bar(total=len(todo), desc=f"chen_uci_arms {cfg.scale}", unit="run") as progress:
+        for key, compute in todo.items():
+            out[key.partition("/")[0]].append(store.memo(key, compute))  # arm_key: the arm's name, then "/"
+            progress.update()
+    return out
+
+
+def reference(cfg: Config, store: Store, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """The chapter's clean-protocol runs on the arms' data sets and seeds: from its ``table1``
+    cache at ``cfg.scale`` when current and complete for them, else computed here."""
+    cached = _cached_reference(cfg)
+    if cached is not None:
+        return cached
+    runs = [store.memo(key, compute) for key, compute in _reference_units(cfg, device).items()]
     return {"source": "computed here (no current cache of the chapter at this scale)", "runs": runs}
 
 
