@@ -11,8 +11,8 @@ executed notebook and ``provenance.json`` join it and the folder replaces
 ``book/_results/CHAPTER/<scale>/``. A failed or interrupted run leaves the previous cache
 untouched, and the journal of finished units (``Store.memo``) lets the next run resume.
 
-With ``--jobs N`` (chapters whose experiment module has a ``units`` function: the Part III
-image-fitting chapters and lu_real), N worker processes first journal the chapter's independent units,
+With ``--jobs N`` (chapters whose experiment module has a ``units`` function: Part I's training
+chapters, the Part III image-fitting chapters and lu_real), N worker processes first journal the chapter's independent units,
 each with its share of the CPU threads, and the notebook then runs from the journal; the
 cache keeps those units (``units.jsonl.gz``). ``--verify`` recomputes one of them with
 today's code and compares it with the journalled or cached value (``verify``); ``--restamp``
@@ -91,12 +91,25 @@ def precision(dtype: torch.dtype = torch.float32) -> str:
     return f"{str(dtype).removeprefix('torch.')}, TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}"
 
 
+def processor() -> str:
+    """The processor's model name (Linux's ``/proc/cpuinfo``, else :func:`platform.processor`), or ``""``."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name") and ":" in line:
+                return " ".join(line.split(":", 1)[1].split())
+    return platform.processor()
+
+
 def describe_device(device: torch.device) -> str:
-    """The device as a run's provenance records it: :func:`device_name` with, on a CPU, the machine and its
-    cores, and on CUDA the :func:`precision` of float32, naming cuDNN's TF32 where it differs from the matrix
-    products' (:func:`gmp.config.resolve_device` turns both off)."""
+    """The device as a run's provenance records it: :func:`device_name` with, on a CPU, the processor, the
+    machine, its cores and the vector instructions torch's kernels use (two processors can round the same
+    sums differently, so a recomputation on another one need not give the same bits), and on CUDA the
+    :func:`precision` of float32, naming cuDNN's TF32 where it differs from the matrix products'
+    (:func:`gmp.config.resolve_device` turns both off)."""
     if device.type != "cuda":
-        return f"{device_name(device)} ({platform.machine()}, {os.cpu_count()} cores)"
+        named = ", ".join(part for part in (processor(), platform.machine(), f"{os.cpu_count()} cores",
+                                            torch.backends.cpu.get_cpu_capability()) if part)
+        return f"{device_name(device)} ({named})"
     cudnn = torch.backends.cudnn.allow_tf32
     text = f"{device_name(device)}, {precision()}"
     return text if cudnn == torch.backends.cuda.matmul.allow_tf32 else f"{text}, cuDNN TF32 {'on' if cudnn else 'off'}"
@@ -801,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=_seed_arg, default=None,
                         help="0 to 2**32 - 1; default 0 (with --verify: the cached run's)")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="worker processes that journal the chapter's units first (Part III chapters)")
+                        help="worker processes that journal the chapter's units first (chapters with units)")
     parser.add_argument("--verify", action="store_true",
                         help="recompute one journalled or cached unit with today's code and compare (exit 1 if it differs)")
     parser.add_argument("--unit", help="the unit --verify recomputes (default: the first recorded)")

@@ -704,3 +704,13 @@ def test_verify_names_the_code_of_a_unit_whose_fingerprint_another_entry_carries
     assert runs.main(["fake_chapter", "--scale", "smoke", "--verify", "--unit", "b-7"]) == 0
     out = capsys.readouterr().out
     assert "(computed by code that differs from today's in results/store.py)" in out and "no code fingerprint" not in out
+
+
+def test_a_cpu_run_records_the_processor_and_the_vector_instructions_its_kernels_use():
+    """Two processors can round the same sums differently (a chaotic fit then ends elsewhere), so a CPU run's
+    provenance names the processor and torch's CPU capability beside the machine and its cores."""
+    from gmp.runs import describe_device, processor
+
+    text = describe_device(torch.device("cpu"))
+    assert text.startswith("cpu (") and text.endswith(f", {torch.backends.cpu.get_cpu_capability()})")
+    assert f"{os.cpu_count()} cores" in text and (processor() in text)
