@@ -457,3 +457,31 @@ def test_a_claim_whose_units_the_cache_predates_reads_not_yet_run_not_corrupt(ch
     _publish(tmp_path, {"gap": 0.5, "late": 1})
     [row] = ledger.ledger_rows()
     assert row["verdict"] == REPRODUCED
+
+
+def test_a_rule_revised_after_its_run_and_refactored_since_still_shows_the_earlier_rule(chapter, tmp_path,
+                                                                                        monkeypatch, root):
+    """A refactor of a rule that was replaced after a run (``Claim.earlier``) keeps the revision on the row:
+    status revised, the earlier rule's verdict beside today's, and the refactor said beside it."""
+    import html
+    import shutil
+    import subprocess
+
+    repo = tmp_path / "repo"
+    shutil.copytree(root / "gmp", repo / "gmp", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "gmp" / "experiments" / "fake_chapter.py").write_text(OLD_CHAPTER)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
+    subprocess.run(git + ["commit", "-qm", "run"], cwd=repo, check=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(results.files, "repository_root", lambda: repo)
+    earlier = EarlierRule(rule="reproduced if gap < 0.1, else not reproduced", check=_strict, commits="abc1234",
+                          replaced="2026-11-21 00:00 UTC", why="the bar was tightened.")
+    chapter.CLAIMS = [_claim(check=_refactored, earlier=earlier)]
+    _publish(tmp_path, {"gap": 0.5}, rules={"fake-gap": results.rule_digest(_claim())})
+    provenance = tmp_path / "_results" / "fake_chapter" / "paper" / "provenance.json"
+    provenance.write_text(json.dumps({**json.loads(provenance.read_text()), "commit": commit}))
+    [row] = ledger.ledger_rows()
+    assert (row["verdict"], row["rule_status"], row["earlier"]) == (REPRODUCED, ledger.REVISED, NOT_REPRODUCED)
+    assert "Also refactored since the run (same verdict)" in html.unescape(row["Rule status"])

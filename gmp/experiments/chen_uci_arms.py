@@ -101,6 +101,12 @@ def _cached_reference(cfg: Config) -> dict[str, Any] | None:
     return None
 
 
+def unit_tolerance(key: str) -> tuple[float, float]:
+    """``(rtol, atol)`` for re-verifying the unit ``key``: as for the chapter's own fits
+    (:data:`gmp.experiments.chen_uci.UNIT_RTOL`)."""
+    return chen_uci.unit_tolerance(key)
+
+
 def units(cfg: Config, store: Store, seed: int = 0, device: torch.device | str = "cpu"
           ) -> dict[str, Callable[[], dict[str, Any]]]:
     """Every run of the chapter by journal key: the arms', and the chapter's own where its cache does not serve

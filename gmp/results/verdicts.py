@@ -108,13 +108,15 @@ class Judgement:
         return f"{self.verdict} ({PROVISIONAL})" if self.provisional else self.verdict
 
 
-def _rule_status(claim: Claim, provenance: Mapping[str, Any]) -> tuple[str, str, bool]:
+def _rule_status(claim: Claim, provenance: Mapping[str, Any], refactored: bool = False) -> tuple[str, str, bool]:
     """``(status, sentence, earlier)``: whether ``claim``'s rule was fixed before the run of ``provenance``,
-    and whether :attr:`Claim.earlier` is the rule that was in force at it."""
+    and whether :attr:`Claim.earlier` is the rule that was in force at it. With ``refactored`` (the rule at the
+    run's commit decides as today's, :func:`_judged_at_run`) a recorded hash that differs from today's counts
+    as today's rule's."""
     code = provenance.get("code") if isinstance(provenance.get("code"), dict) else {}
     rules = code.get("rules") if isinstance(code.get("rules"), dict) else None
     date = str(provenance.get("date", "?"))
-    if rules is not None and claim.key in rules and rules[claim.key] != rule_digest(claim):
+    if rules is not None and claim.key in rules and rules[claim.key] != rule_digest(claim) and not refactored:
         return REVISED, ("RULE REVISED after the run: the hash of the rule recorded with the run differs from "
                          "today's rule's; the verdict is today's rule's."), False
     if claim.earlier is not None:  # revised after a run of this design: shown even beside a later run
@@ -228,6 +230,12 @@ def judge(chapter: str, claim: Claim) -> Judgement:
     if status == REVISED and recorded.get(claim.key, rule_digest(claim)) != rule_digest(claim) \
             and verdict in KIND_VERDICTS[claim.kind]:
         status, note, old = _judged_at_run(chapter, claim, entry.provenance, entry.payload, recorded[claim.key], verdict)
+        if status == REFACTORED:  # the rule decides as at the run: what else is known of it still holds
+            refactor_note = note
+            status, note, earlier = _rule_status(claim, entry.provenance or {}, refactored=True)
+            measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
+            status, note = ((REFACTORED, refactor_note) if status == FIXED else
+                            (status, f"{note} {refactor_note.replace('Rule refactored', 'Also refactored', 1)}"))
     why, caveat = "", ""
     if verdict in KIND_VERDICTS[claim.kind]:  # a payload the rule could read
         why = claim.provisional(entry.payload) if callable(claim.provisional) else claim.provisional
