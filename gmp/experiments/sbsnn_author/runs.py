@@ -1,9 +1,9 @@
 """The chapter's run as journalled units: every fit by its journal key (:func:`units`, in the order a run makes
 them, cheapest and most telling first), the fit that both ablations and the text encoder's held-out fits share
 (:func:`fit_settings`), and the keys of a run at a scale (:func:`units_keys`), which a GPU worker and an
-unfinished run's reading both go by. Each unit is computed whole by :func:`gmp.minibatch.fit_stack` (the
-author's protocol) or :func:`gmp.implicit.fit_spec` (SIREN's own) and checkpoints itself in the store's
-scratch file."""
+unfinished run's reading both go by. Each unit is computed whole, by :func:`gmp.minibatch.fit_stack` (under
+either protocol) or, for SIREN's full-batch reference on its photograph, :func:`gmp.implicit.fit_spec`, and
+checkpoints itself in the store's scratch file."""
 
 from __future__ import annotations
 
