@@ -237,7 +237,7 @@ def test_the_reverse_ablation_runs_at_smoke_scale_and_pairs_its_arms_by_seed():
     authors = [EpochCurves.from_json(done["fig7-sin-0"]["rotated"]), EpochCurves.from_json(done["seeds-fig7-sin-0"]["fits"][0])]
     assert rows[0]["final_psnr"] == [float(f.psnr("train")[-1]) for f in authors], "arm 0 is Fig. 7's rotated sin network"
     differences = [a - b for a, b in zip(rows[1]["final_psnr"], rows[0]["final_psnr"])]
-    assert rows[1]["difference"] == experiment.paired_interval(differences)
+    assert rows[1]["difference"] == gmp.results.paired_interval(differences)
     assert experiment.reverse_summary(cfg, {k: v for k, v in done.items() if k != "seeds-fig7-sin-0"}, 0)[0]["arm"] == 1
 
 
@@ -339,8 +339,8 @@ def test_the_reverse_ablation_attributes_only_what_its_intervals_separate():
         for arm, diffs in ((experiment.MINIBATCH_ARM, batch), (experiment.TEXT_ARM, text)):
             rows.append({"arm": arm, "name": experiment.REVERSE_ABLATION[arm]["name"], "seeds": [0, 1, 2],
                          "final_psnr": [70.0 + d for d in diffs], "mean_psnr": 70.0 + sum(diffs) / 3,
-                         "difference": experiment.paired_interval(diffs), "passes": [70, 70, 70],
-                         "passes_difference": experiment.paired_interval([3, 0, -10])})
+                         "difference": gmp.results.paired_interval(diffs), "passes": [70, 70, 70],
+                         "passes_difference": gmp.results.paired_interval([3, 0, -10])})
         return {"reverse": rows}
 
     decided = payload([-60.0, -62.0, -58.0], [3.0, -2.0, 1.0])
@@ -363,9 +363,9 @@ def test_the_encoder_is_judged_in_passes_to_sirens_accuracy_with_every_arm_and_w
         for arm, passes, diffs in arms:
             rows.append({"arm": arm, "name": experiment.REVERSE_ABLATION[arm]["name"], "seeds": [0, 1, 2],
                          "final_psnr": [73.6 + d for d in diffs], "mean_psnr": 73.6 + sum(diffs) / 3,
-                         "difference": experiment.paired_interval(list(diffs)), "passes": passes,
+                         "difference": gmp.results.paired_interval(list(diffs)), "passes": passes,
                          "passes_difference": None if None in passes else
-                         experiment.paired_interval([a - b for a, b in zip(passes, base)])})
+                         gmp.results.paired_interval([a - b for a, b in zip(passes, base)])})
         return {"reverse": rows}
 
     level = experiment.why_reading(payload((77, 79, 76)))

@@ -274,8 +274,8 @@ def fits_of(units_done: Mapping[str, Any]) -> dict[str, dict[str, EpochCurves]]:
 
 
 def summary(cfg, units_done: Mapping[str, Any], siren_own: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The payload of the claims: per figure and curve, :func:`gmp.experiments.sbsnn_author.fit_row`; and, where
-    given, SIREN under its own protocol on the same image (:func:`siren_reference`) as ``siren_own``."""
+    """The payload of the claims: per figure and curve, :func:`gmp.experiments.sbsnn_author.payload.fit_row`; and,
+    where given, SIREN under its own protocol on the same image (:func:`siren_reference`) as ``siren_own``."""
     fits = fits_of(units_done)
     return {"side": cfg.side, "compare_epoch": cfg.compare_epoch,
             "figures": {figure: {name: fit_row(fit, "less_aggressive", at_epoch=cfg.compare_epoch)
@@ -344,7 +344,7 @@ def plot_figure(rows: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]], targ
     PSNR curves (``"train"``, the whole image, is drawn; ``"epoch"``, the epoch-mean loss the author
     plots, is not). Dotted: the axis-aligned encoder; SIREN's arms: solid, dashed (the figure's schedule)
     and dash-dotted (the 1e-5 rate)."""
-    from gmp.experiments.sbsnn_author import _targets, colour
+    from gmp.experiments.sbsnn_author.figures import _targets, colour
 
     fig, axes = style.subplots(1, len(rows), figsize=(7.5 * len(rows), 5.4), squeeze=False, sharey=True)
     for ax, (title, curves) in zip(axes[0], rows.items()):
@@ -381,8 +381,8 @@ def curves_from_arrays(arrays: Mapping[str, np.ndarray], figure: str) -> dict[st
 
 
 def reach_table(payload: Mapping[str, Any] | None, siren_full: Mapping[str, Any] | None = None):
-    """:func:`gmp.experiments.sbsnn_author.reach_table` for the networks of Figs. 4 and 6 and SIREN's mini-batch
-    arms, with ``siren_full``, SIREN's full-batch row of the ``sbsnn_author`` payload, as the reference."""
+    """:func:`gmp.experiments.sbsnn_author.figures.reach_table` for the networks of Figs. 4 and 6 and SIREN's
+    mini-batch arms, with ``siren_full``, SIREN's full-batch row of the ``sbsnn_author`` payload, as the reference."""
     rows = {name: row for curves in (payload or {}).get("figures", {}).values() for name, row in curves.items()}
     if rows and siren_full is not None:
         rows["siren/fullbatch"] = siren_full

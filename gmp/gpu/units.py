@@ -141,7 +141,8 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
     ``device`` until ``deadline`` (monotonic s); the report also goes to ``out/`` :data:`STACKED_REPORT` as it
     goes.
 
-    Each unit is called once with its ``fit_stack`` recorded, not run (:func:`gmp.minibatch_queue.planned`); a
+    Each unit is called once with its ``fit_stack`` recorded, not run (:func:`gmp.minibatch_queue.planned`, on the
+    module that defines the chapter's ``units``: a submodule where the chapter's experiment is a package); a
     unit that fits otherwise is left to :func:`compute_units` (``not_stacked``, with why). The planned fits
     split into queues of one image and protocol (:func:`gmp.minibatch_queue.queues`); each queue's step is
     probed on a throw-away stack (a few updates, captured as a CUDA graph on CUDA), and the queue trains only
@@ -162,13 +163,13 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
         experiment = importlib.import_module(f"gmp.experiments.{chapter}")
         cfg = unit_config(chapter, scale)
         store = _with_staging(out / chapter / f".staging-{scale}", lambda: results.Store(chapter, cfg))
-        stores[chapter], modules[chapter] = store, experiment
+        stores[chapter], modules[chapter] = store, sys.modules[experiment.units.__module__]
         unit_fns[chapter] = experiment.units(cfg, store, seed, device)
         for key in missing_units(chapter, scale, seed):
             if store.journalled(key) is not None:
                 continue
             try:
-                with mq.planned(experiment) as jobs:
+                with mq.planned(modules[chapter]) as jobs:
                     unit_fns[chapter][key]()
             except mq.NotStackable as err:
                 summary["not_stacked"][f"{chapter}/{key}"] = str(err)
