@@ -4,6 +4,7 @@ Keras's Adam and plateau rule), beside SIREN under the same protocol."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -447,13 +448,22 @@ def _faster_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     return measured, verdict
 
 
-def _rotated_check(payload: Mapping[str, Any]) -> tuple[str, str]:
+def _rotated_wins(payload: Mapping[str, Any]) -> tuple[list[tuple[str, float, float]], int, float, str]:
+    """Fig. 6's one-seed comparison, the activations as the pairs: ``(pairs, wins, p, measured)``, the pairs
+    ``(activation, axis-aligned, rotated)`` of best whole-image PSNR, how many the rotated encoder wins, the
+    one-sided sign test's p of that count (:func:`gmp.results.sign_test`) and the words of it; today's one-seed
+    rule and the rule before f30e927 read it alike."""
     rows = payload["figures"]["fig6"]
     pairs = [(a, rows[f"{a}/nerf"]["best_train_psnr"], rows[f"{a}/rotated"]["best_train_psnr"])
              for a in FIG7_ACTIVATIONS if f"{a}/nerf" in rows and f"{a}/rotated" in rows]
     wins = sum(rotated > nerf for _, nerf, rotated in pairs)
     p = sign_test(wins, len(pairs)) if pairs else 1.0
-    measured = f"rotated better for {wins} of {len(pairs)} activations (best whole-image PSNR; sign test p = {p:.2g})"
+    return pairs, wins, p, (f"rotated better for {wins} of {len(pairs)} activations (best whole-image PSNR; sign "
+                            f"test p = {p:.2g})")
+
+
+def _rotated_check(payload: Mapping[str, Any]) -> tuple[str, str]:
+    pairs, wins, p, measured = _rotated_wins(payload)
     if pairs and wins == len(pairs) and p < SIGN_LEVEL:
         return measured, REPRODUCED
     losses = sum(rotated < nerf for _, nerf, rotated in pairs)
@@ -469,7 +479,7 @@ def _rotated_seeds_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     :data:`ONE_SEED`, while a network of Fig. 6 has fewer than :data:`SEEDS_TO_DECIDE` seeds."""
     seeds = payload.get("seeds", {})
     names = [a for a in FIG7_ACTIVATIONS if f"{a}/rotated" in payload["figures"]["fig6"]]
-    if not names or any(len(seeds.get(f"{a}/{e}", [])) < SEEDS_TO_DECIDE for a in names for e in ("nerf", "rotated")):
+    if not names or any(len(seeds.get(f"{a}/{e}", [])) < SEEDS_TO_DECIDE for a in names for e in FIG6_ENCODERS):
         return one_seed(_rotated_check(payload))
     status, parts = {}, []
     for a in names:
@@ -489,12 +499,7 @@ def _rotated_seeds_check(payload: Mapping[str, Any]) -> tuple[str, str]:
 def _earlier_rotated_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     """The rule of ``sbsnn-fig6-rotated-author`` in force when its paper-scale run was made (replaced by
     issue #27: a count beyond noise in neither direction is inconclusive, not 'partly'), as it was."""
-    rows = payload["figures"]["fig6"]
-    pairs = [(a, rows[f"{a}/nerf"]["best_train_psnr"], rows[f"{a}/rotated"]["best_train_psnr"])
-             for a in FIG7_ACTIVATIONS if f"{a}/nerf" in rows and f"{a}/rotated" in rows]
-    wins = sum(rotated > nerf for _, nerf, rotated in pairs)
-    p = sign_test(wins, len(pairs)) if pairs else 1.0
-    measured = f"rotated better for {wins} of {len(pairs)} activations (best whole-image PSNR; sign test p = {p:.2g})"
+    pairs, wins, p, measured = _rotated_wins(payload)
     verdict = REPRODUCED if pairs and wins == len(pairs) and p < SIGN_LEVEL else PARTLY if wins > len(pairs) / 2 \
         else NOT_REPRODUCED
     return measured, verdict
@@ -604,37 +609,33 @@ def _fig5_author_check(payload: Mapping[str, Any]) -> tuple[str, str]:
             f"({fig5['pixels_seen']:,} of the {fig5['side'] ** 2:,} pixels seen), " + measured), verdict
 
 
+def _fig4_reach_claim(key: str, which: str, target: str, reading: str, db: str, text: str) -> Claim:
+    """A claim that Fig. 4's SBSNN-family networks reach ``target`` of :data:`PSNR_TARGETS` (``db`` dB, the
+    ``reading`` of the ``which`` PSNR) by epoch 500 (:func:`_fig4_check`), decided over seeds; the rule at the run's
+    last epoch it replaced kept as its :class:`~gmp.results.EarlierRule`."""
+    return Claim(key=key, paper="sbsnn", source="paper", provisional=seeds_provisional(FIG4_SEEDS), test=SEED_T,
+                 text=text, result="figs",
+                 rule=seed_rule(f"a network's best {reading} PSNR by epoch 500 (the paper's 'around 500 iterations') "
+                                f"minus {db} dB", True)
+                 + f"reproduced if each of the three SBSNN-family networks reaches {db} dB {reading} PSNR by epoch 500 "
+                   f"(the paper's 'around 500 iterations'; the run has 550); partly if at least one does; else not "
+                   f"reproduced. " + THIN_MARGIN + _SEEDS_QUEUED,
+                 check=functools.partial(_fig4_check, which=which, target=target),
+                 unfinished=functools.partial(_fig4_unfinished, with_seeds=True),
+                 earlier=EarlierRule(rule=f"reproduced if each of the three SBSNN-family networks reaches {db} dB "
+                                          f"{reading} PSNR within the run's 550 epochs; partly if at least one does; "
+                                          f"else not reproduced",
+                                     check=functools.partial(_earlier_reach_check, which=which, target=target),
+                                     **_EARLIER_FIG4, at_run="610a43c", gave=PARTLY))
+
+
 CLAIMS = [
-    Claim(key="sbsnn-fit-500-author", paper="sbsnn", source="paper", provisional=seeds_provisional(FIG4_SEEDS),
-          test=SEED_T,
-          text="Fig. 4 as the author ran it: SBSNNs with an initial SIREN layer pass MSE 1e-5 on [0, 1] values "
-               "(50 dB) in around 500 iterations (epochs of mini-batches of 32), by the PSNR he plots.",
-          result="figs", rule=seed_rule("a network's best epoch-mean PSNR by epoch 500 (the paper's 'around 500 "
-                                        "iterations') minus 50 dB", True)
-          + "reproduced if each of the three SBSNN-family networks reaches 50 dB epoch-mean PSNR by epoch 500 (the "
-            "paper's 'around 500 iterations'; the run has 550); partly if at least one does; else not reproduced. "
-          + THIN_MARGIN + _SEEDS_QUEUED,
-          check=lambda p: _fig4_check(p, "epoch", "author"),
-          unfinished=lambda units: _fig4_unfinished(units, with_seeds=True),
-          earlier=EarlierRule(rule="reproduced if each of the three SBSNN-family networks reaches 50 dB epoch-mean PSNR "
-                                   "within the run's 550 epochs; partly if at least one does; else not reproduced",
-                              check=lambda p: _earlier_reach_check(p, "epoch", "author"), **_EARLIER_FIG4,
-                              at_run="610a43c", gave=PARTLY)),
-    Claim(key="sbsnn-fit-500-siren-scale", paper="sbsnn", source="paper", provisional=seeds_provisional(FIG4_SEEDS),
-          test=SEED_T,
-          text="Fig. 4 against SIREN's own bar: the same networks pass SIREN's MSE 1e-5 on [-1, 1] values (56.0 dB) "
-               "within the run's epochs, by a whole-image evaluation.",
-          result="figs", rule=seed_rule("a network's best whole-image PSNR by epoch 500 (the paper's 'around 500 "
-                                        "iterations') minus 56.0 dB", True)
-          + "reproduced if each of the three SBSNN-family networks reaches 56.0 dB whole-image PSNR by epoch 500 (the "
-            "paper's 'around 500 iterations'; the run has 550); partly if at least one does; else not reproduced. "
-          + THIN_MARGIN + _SEEDS_QUEUED,
-          check=lambda p: _fig4_check(p, "train", "siren"),
-          unfinished=lambda units: _fig4_unfinished(units, with_seeds=True),
-          earlier=EarlierRule(rule="reproduced if each of the three SBSNN-family networks reaches 56.0 dB whole-image "
-                                   "PSNR within the run's 550 epochs; partly if at least one does; else not reproduced",
-                              check=lambda p: _earlier_reach_check(p, "train", "siren"), **_EARLIER_FIG4,
-                              at_run="610a43c", gave=PARTLY)),
+    _fig4_reach_claim("sbsnn-fit-500-author", "epoch", "author", "epoch-mean", "50",
+                      "Fig. 4 as the author ran it: SBSNNs with an initial SIREN layer pass MSE 1e-5 on [0, 1] values "
+                      "(50 dB) in around 500 iterations (epochs of mini-batches of 32), by the PSNR he plots."),
+    _fig4_reach_claim("sbsnn-fit-500-siren-scale", "train", "siren", "whole-image", "56.0",
+                      "Fig. 4 against SIREN's own bar: the same networks pass SIREN's MSE 1e-5 on [-1, 1] values "
+                      "(56.0 dB) within the run's epochs, by a whole-image evaluation."),
     Claim(key="sbsnn-fit-faster-author", paper="sbsnn", source="paper",
           text="Fig. 4 as the author ran it: these SBSNNs fit the image faster than SIREN, SIREN run as SIREN is (its "
                "own protocol, the paper's reference: full batch, Adam 1e-4), in passes over the pixels, the figure's "

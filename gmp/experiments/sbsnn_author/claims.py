@@ -6,6 +6,7 @@ encoder lets a network fit any values, and the abstract's "to higher accuracy" (
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -63,18 +64,45 @@ FAMILY_ROTATED = [f"{a}/rotated" for a in SBSNN_FAMILY]
 """The summary rows of Fig. 7's rotated SBSNN-family networks."""
 
 
+def _updates_against(payload: Mapping[str, Any], siren: int) -> tuple[str, str]:
+    """Fig. 7's rotated SBSNN-family networks' Adam updates to 56.0 dB (whole image) against SIREN's ``siren``
+    updates to it, the rule of ``sbsnn-fig7-updates`` today and before issue #28 (they differ in SIREN's reference
+    only): reproduced if each network needs at most 1/100th of them, partly if each needs fewer, else not
+    reproduced."""
+    measured, _ = _fig7_check(payload, "train", "siren", "updates", siren)
+    _, hundredth = _fig7_check(payload, "train", "siren", "updates", siren / 100)
+    _, fewer = _fig7_check(payload, "train", "siren", "updates", siren - 1)
+    verdict = REPRODUCED if hundredth == REPRODUCED else PARTLY if fewer == REPRODUCED else NOT_REPRODUCED
+    return measured, verdict
+
+
 def _earlier_updates_check(payload: Mapping[str, Any]) -> tuple[str, str]:
     """The rule of ``sbsnn-fig7-updates`` in force when its paper-scale run was made (replaced by issue #28:
     SIREN's reference was its fit of the classic photograph, not of the same image as the SBSNN runs)."""
     full = payload["rows"].get("siren/fullbatch")
     siren = full["first_below_siren_target"] if full and full["first_below_siren_target"] is not None \
         else PAPER["siren_steps"]
-    measured, _ = _fig7_check(payload, "train", "siren", "updates", siren)
-    _, hundredth = _fig7_check(payload, "train", "siren", "updates", siren / 100)
-    _, fewer = _fig7_check(payload, "train", "siren", "updates", siren - 1)
-    measured += f"; SIREN (own protocol): {siren:,} updates"
-    verdict = REPRODUCED if hundredth == REPRODUCED else PARTLY if fewer == REPRODUCED else NOT_REPRODUCED
-    return measured, verdict
+    measured, verdict = _updates_against(payload, siren)
+    return measured + f"; SIREN (own protocol): {siren:,} updates", verdict
+
+
+def _updates_check(payload: Mapping[str, Any]) -> tuple[str, str]:
+    same = same_image_siren(payload)
+    siren = same["passes"]["siren"] if same["passes"]["siren"] is not None else same["epochs"]
+    measured, verdict = _updates_against(payload, siren)
+    return measured + f"; SIREN on the same image (own protocol): {siren:,} updates", verdict
+
+
+def _siren_check(payload: Mapping[str, Any]) -> tuple[str, str]:
+    row = payload["rows"].get("siren/fullbatch")
+    if row is None:
+        return "not run", NOT_REPRODUCED
+    step = row["first_below_siren_target"]
+    if step is not None:
+        return f"MSE 1e-5 at step {step:,}", REPRODUCED if step <= PAPER["siren_steps"] else PARTLY
+    best = 4 * 10 ** (-row["best_psnr"] / 10)
+    return (f"best MSE {best:.1e} in {row['steps']:,} steps",
+            PARTLY if best <= 10 * 1e-5 else NOT_REPRODUCED)
 
 
 _REPLACED_BY, _REPLACED_AT = "a27883b", "2026-11-26 16:46 UTC"
@@ -265,73 +293,73 @@ def _plateau_provisional(payload: Mapping[str, Any]) -> str:
             f"the run's last tenth") if moving else ""
 
 
+def _readme_seeds_check(payload: Mapping[str, Any], schedule: str) -> tuple[str, str]:
+    """A README claim (the script's network under ``schedule``) decided over seeds, with the one-seed rule
+    (:func:`_readme_check`) while it has fewer than :data:`SEEDS_TO_DECIDE`."""
+    return over_seeds(payload, [f"script/{schedule}"], "best_epoch_psnr", PAPER[f"readme_{schedule}_db"],
+                      lambda q: _readme_check(q, schedule))
+
+
+def _readme_claim(schedule: str, text: str) -> Claim:
+    """The README's claim of its ``schedule`` (``"aggressive"`` or ``"less_aggressive"``): the script's network
+    reaches the README's epoch-mean PSNR within the README's epochs (:data:`PAPER`), decided over seeds; the
+    one-seed rule it replaced kept as its :class:`~gmp.results.EarlierRule`."""
+    db, epochs = PAPER[f"readme_{schedule}_db"], PAPER[f"readme_{schedule}_epochs"]
+    rule = (f"reproduced if the epoch-mean PSNR reaches {db:g} dB within the run's {epochs} epochs; partly if its "
+            f"best is within 10 dB of it; else not reproduced. " + THIN_MARGIN)
+    return Claim(key=f"sbsnn-readme-{schedule.replace('_', '-')}", paper="sbsnn", source="paper",
+                 provisional=seeds_provisional([f"script/{schedule}"]), test=SEED_T, text=text, result="author",
+                 rule=seed_rule(f"its best epoch-mean PSNR in the run's {epochs} epochs minus {db:g} dB", False) + rule,
+                 check=functools.partial(_readme_seeds_check, schedule=schedule),
+                 earlier=EarlierRule(rule=rule, check=lambda p: one_seed(_readme_check(p, schedule)), **_EARLIER_SEEDS,
+                                     at_run="4bc25f9", gave=REPRODUCED))
+
+
+def _fig7_seeds_check(payload: Mapping[str, Any], which: str, target: str) -> tuple[str, str]:
+    """A Fig. 7 reach claim (``which`` PSNR to ``target`` of :data:`PSNR_TARGETS` within the run's epochs) decided
+    over seeds, with the one-seed rule (:func:`_fig7_check`) while a network has fewer than
+    :data:`SEEDS_TO_DECIDE`."""
+    return over_seeds(payload, FAMILY_ROTATED, f"best_{which}_psnr", PSNR_TARGETS[target],
+                      lambda q: _fig7_check(q, which, target, "epochs", PAPER["fig7_epochs"]))
+
+
+def _fig7_reach_claim(key: str, which: str, target: str, reading: str, db: str, text: str) -> Claim:
+    """A claim that Fig. 7's rotated SBSNN-family networks reach ``target`` of :data:`PSNR_TARGETS` (``db``
+    dB, the ``reading`` of the ``which`` PSNR) within the run's 100 epochs, decided over seeds; the one-seed rule it
+    replaced kept as its :class:`~gmp.results.EarlierRule`."""
+    rule = (f"reproduced if each of the three SBSNN-family rotated networks reaches {db} dB {reading} PSNR within the "
+            f"run's 100 epochs; partly if at least one does; else not reproduced. " + THIN_MARGIN)
+    return Claim(key=key, paper="sbsnn", source="paper", provisional=seeds_provisional(FAMILY_ROTATED), test=SEED_T,
+                 text=text, result="author",
+                 rule=seed_rule(f"a rotated network's best {reading} PSNR in the run's 100 epochs minus {db} dB", True)
+                 + rule,
+                 check=functools.partial(_fig7_seeds_check, which=which, target=target),
+                 earlier=EarlierRule(rule=rule, check=lambda p: one_seed(_fig7_check(p, which, target, "epochs",
+                                                                                      PAPER["fig7_epochs"])),
+                                     **_EARLIER_SEEDS, at_run="4bc25f9", gave=PARTLY))
+
+
 CLAIMS = [
-    Claim(key="sbsnn-readme-aggressive", paper="sbsnn", source="paper",
-          provisional=seeds_provisional(["script/aggressive"]), test=SEED_T,
-          text="The author's README: with the aggressive schedule (Adam 1e-3, halved after 5 flat epochs) his "
-               "script's network passes 60 dB PSNR in 100 iterations (author's protocol: an iteration is an epoch of "
-               "mini-batches of 32, PSNR of the epoch-mean training loss on [0, 1] values).",
-          result="author", rule=seed_rule("its best epoch-mean PSNR in the run's 100 epochs minus 60 dB", False)
-          + "reproduced if the epoch-mean PSNR reaches 60 dB within the run's 100 epochs; partly if its best is "
-            "within 10 dB of it; else not reproduced. " + THIN_MARGIN,
-          check=lambda p: over_seeds(p, ["script/aggressive"], "best_epoch_psnr", PAPER["readme_aggressive_db"],
-                                      lambda q: _readme_check(q, "aggressive")),
-          earlier=EarlierRule(rule="reproduced if the epoch-mean PSNR reaches 60 dB within the run's 100 epochs; partly "
-                                   "if its best is within 10 dB of it; else not reproduced. " + THIN_MARGIN,
-                              check=lambda p: one_seed(_readme_check(p, "aggressive")), **_EARLIER_SEEDS,
-                              at_run="4bc25f9", gave=REPRODUCED)),
-    Claim(key="sbsnn-readme-less-aggressive", paper="sbsnn", source="paper",
-          provisional=seeds_provisional(["script/less_aggressive"]), test=SEED_T,
-          text="The author's README: with the less aggressive schedule (Adam 2e-4, halved after 40 flat epochs) the "
-               "same network passes 95 dB PSNR in 550 iterations (author's protocol).",
-          result="author", rule=seed_rule("its best epoch-mean PSNR in the run's 550 epochs minus 95 dB", False)
-          + "reproduced if the epoch-mean PSNR reaches 95 dB within the run's 550 epochs; partly if its best is "
-            "within 10 dB of it; else not reproduced. " + THIN_MARGIN,
-          check=lambda p: over_seeds(p, ["script/less_aggressive"], "best_epoch_psnr",
-                                      PAPER["readme_less_aggressive_db"], lambda q: _readme_check(q, "less_aggressive")),
-          earlier=EarlierRule(rule="reproduced if the epoch-mean PSNR reaches 95 dB within the run's 550 epochs; partly "
-                                   "if its best is within 10 dB of it; else not reproduced. " + THIN_MARGIN,
-                              check=lambda p: one_seed(_readme_check(p, "less_aggressive")), **_EARLIER_SEEDS,
-                              at_run="4bc25f9", gave=REPRODUCED)),
-    Claim(key="sbsnn-fig7-100-author", paper="sbsnn", source="paper", provisional=seeds_provisional(FAMILY_ROTATED),
-          test=SEED_T,
-          text="Fig. 7 read as the author ran it: the rotated-encoder SBSNN networks pass MSE 1e-5 on [0, 1] values "
-               "(50 dB) in around 100 iterations, i.e. epochs, by the PSNR he plots (epoch-mean loss).",
-          result="author", rule=seed_rule("a rotated network's best epoch-mean PSNR in the run's 100 epochs minus "
-                                          "50 dB", True)
-          + "reproduced if each of the three SBSNN-family rotated networks reaches 50 dB epoch-mean PSNR within the "
-            "run's 100 epochs; partly if at least one does; else not reproduced. " + THIN_MARGIN,
-          check=lambda p: over_seeds(p, FAMILY_ROTATED, "best_epoch_psnr", PSNR_TARGETS["author"],
-                                      lambda q: _fig7_check(q, "epoch", "author", "epochs", PAPER["fig7_epochs"])),
-          earlier=EarlierRule(rule="reproduced if each of the three SBSNN-family rotated networks reaches 50 dB "
-                                   "epoch-mean PSNR within the run's 100 epochs; partly if at least one does; else not "
-                                   "reproduced. " + THIN_MARGIN,
-                              check=lambda p: one_seed(_fig7_check(p, "epoch", "author", "epochs",
-                                                                   PAPER["fig7_epochs"])),
-                              **_EARLIER_SEEDS, at_run="4bc25f9", gave=PARTLY)),
-    Claim(key="sbsnn-fig7-100-siren-scale", paper="sbsnn", source="paper",
-          provisional=seeds_provisional(FAMILY_ROTATED), test=SEED_T,
-          text="Fig. 7 against SIREN's own bar: the rotated-encoder SBSNN networks pass SIREN's MSE 1e-5 on [-1, 1] "
-               "values (56.0 dB) in around 100 epochs, by a whole-image evaluation after the epoch.",
-          result="author", rule=seed_rule("a rotated network's best whole-image PSNR in the run's 100 epochs minus "
-                                          "56.0 dB", True)
-          + "reproduced if each of the three SBSNN-family rotated networks reaches 56.0 dB whole-image PSNR within "
-            "the run's 100 epochs; partly if at least one does; else not reproduced. " + THIN_MARGIN,
-          check=lambda p: over_seeds(p, FAMILY_ROTATED, "best_train_psnr", PSNR_TARGETS["siren"],
-                                      lambda q: _fig7_check(q, "train", "siren", "epochs", PAPER["fig7_epochs"])),
-          earlier=EarlierRule(rule="reproduced if each of the three SBSNN-family rotated networks reaches 56.0 dB "
-                                   "whole-image PSNR within the run's 100 epochs; partly if at least one does; else not "
-                                   "reproduced. " + THIN_MARGIN,
-                              check=lambda p: one_seed(_fig7_check(p, "train", "siren", "epochs",
-                                                                   PAPER["fig7_epochs"])),
-                              **_EARLIER_SEEDS, at_run="4bc25f9", gave=PARTLY)),
+    _readme_claim("aggressive", "The author's README: with the aggressive schedule (Adam 1e-3, halved after 5 flat "
+                                "epochs) his script's network passes 60 dB PSNR in 100 iterations (author's protocol: "
+                                "an iteration is an epoch of mini-batches of 32, PSNR of the epoch-mean training loss "
+                                "on [0, 1] values)."),
+    _readme_claim("less_aggressive", "The author's README: with the less aggressive schedule (Adam 2e-4, halved after "
+                                     "40 flat epochs) the same network passes 95 dB PSNR in 550 iterations (author's "
+                                     "protocol)."),
+    _fig7_reach_claim("sbsnn-fig7-100-author", "epoch", "author", "epoch-mean", "50",
+                      "Fig. 7 read as the author ran it: the rotated-encoder SBSNN networks pass MSE 1e-5 on [0, 1] "
+                      "values (50 dB) in around 100 iterations, i.e. epochs, by the PSNR he plots (epoch-mean loss)."),
+    _fig7_reach_claim("sbsnn-fig7-100-siren-scale", "train", "siren", "whole-image", "56.0",
+                      "Fig. 7 against SIREN's own bar: the rotated-encoder SBSNN networks pass SIREN's MSE 1e-5 on "
+                      "[-1, 1] values (56.0 dB) in around 100 epochs, by a whole-image evaluation after the epoch."),
     Claim(key="sbsnn-siren-1e-5-classic", paper="sbsnn", source="paper", baseline="SIREN",
           text="SIREN fits the 256x256 cameraman to MSE 1e-5 (on [-1, 1] values) in 10,000 iterations (Section 5, "
                "citing Sitzmann et al.), on SIREN's own photograph (the classic cameraman) under SIREN's own "
                "protocol (full-batch Adam 1e-4).",
           result="author", rule="reproduced if SIREN's training MSE reaches 1e-5 within 10,000 full-batch steps; "
                                 "partly if its best MSE is within a factor 10 of it; else not reproduced",
-          check=lambda p: _siren_check(p)),
+          check=_siren_check),
     Claim(key="sbsnn-abstract-100th-passes", paper="sbsnn", source="paper",
           text="The abstract's 'fitted to a reference image in 1/100th the number of iterations required by previous "
                "methods', in the unit both papers count: an iteration is one pass over the pixels (the author's Keras "
@@ -357,7 +385,7 @@ CLAIMS = [
                                 "each of the three SBSNN-family rotated networks needs at most 1/100th of them; partly "
                                 "if each needs fewer than SIREN; else not reproduced. The first whole-image evaluation "
                                 "comes after one epoch (2,048 updates at 256 x 256)",
-          check=lambda p: _updates_check(p),
+          check=_updates_check,
           earlier=EarlierRule(rule="with SIREN's updates to 56.0 dB measured in this run (full batch, its photograph; "
                                    "10,000 if it never gets there): reproduced if each of the three SBSNN-family "
                                    "rotated networks needs at most 1/100th of them; partly if each needs fewer than "
@@ -424,25 +452,3 @@ CLAIMS = [
           check=_higher_accuracy_check, provisional=_plateau_provisional),
 ]
 
-
-def _siren_check(payload: Mapping[str, Any]) -> tuple[str, str]:
-    row = payload["rows"].get("siren/fullbatch")
-    if row is None:
-        return "not run", NOT_REPRODUCED
-    step = row["first_below_siren_target"]
-    if step is not None:
-        return f"MSE 1e-5 at step {step:,}", REPRODUCED if step <= PAPER["siren_steps"] else PARTLY
-    best = 4 * 10 ** (-row["best_psnr"] / 10)
-    return (f"best MSE {best:.1e} in {row['steps']:,} steps",
-            PARTLY if best <= 10 * 1e-5 else NOT_REPRODUCED)
-
-
-def _updates_check(payload: Mapping[str, Any]) -> tuple[str, str]:
-    same = same_image_siren(payload)
-    siren = same["passes"]["siren"] if same["passes"]["siren"] is not None else same["epochs"]
-    measured, _ = _fig7_check(payload, "train", "siren", "updates", siren)
-    _, hundredth = _fig7_check(payload, "train", "siren", "updates", siren / 100)
-    _, fewer = _fig7_check(payload, "train", "siren", "updates", siren - 1)
-    measured += f"; SIREN on the same image (own protocol): {siren:,} updates"
-    verdict = REPRODUCED if hundredth == REPRODUCED else PARTLY if fewer == REPRODUCED else NOT_REPRODUCED
-    return measured, verdict
