@@ -709,6 +709,8 @@ def test_verify_names_the_code_of_a_unit_whose_fingerprint_another_entry_carries
 def test_a_cpu_run_records_the_processor_and_the_vector_instructions_its_kernels_use():
     """Two processors can round the same sums differently (a chaotic fit then ends elsewhere), so a CPU run's
     provenance names the processor and torch's CPU capability beside the machine and its cores."""
+    import torch
+
     from gmp.runs import describe_device, processor
 
     text = describe_device(torch.device("cpu"))
