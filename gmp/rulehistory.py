@@ -86,3 +86,29 @@ def judge_at(root: Path, commit: str, chapter: str, key: str, payload: Mapping[s
         raise Unavailable(f"the rule at commit {commit[:10]} hashes as {found['digest']}, not as the run recorded "
                           f"({recorded}), so it is not the rule the run was made with")
     return found["measured"], found["verdict"]
+
+
+@functools.cache
+def earlier_runs(root: str, provenance: str) -> tuple[tuple[str, str, tuple[tuple[str, str], ...] | None], ...]:
+    """Every earlier version of the committed ``provenance`` file (a cache's ``provenance.json``, its path
+    relative to ``root``) as ``(commit, date of the run, rules recorded or None)``, newest first, from git's
+    history (``git log``, ``git show``); empty where git cannot tell. A rerun records the rules in force at
+    it, which says nothing of whether they were written before an earlier run's results were seen."""
+    try:
+        commits = subprocess.run(["git", "log", "--format=%H", "--", provenance], cwd=root, capture_output=True,
+                                 text=True, check=True, timeout=60).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    out = []
+    for commit in commits:
+        try:
+            text = subprocess.run(["git", "show", f"{commit}:{provenance}"], cwd=root, capture_output=True,
+                                  text=True, check=True, timeout=60).stdout
+            record = json.loads(text)
+        except (OSError, subprocess.SubprocessError, ValueError):
+            continue
+        code = record.get("code") if isinstance(record.get("code"), dict) else {}
+        rules = code.get("rules") if isinstance(code.get("rules"), dict) else None
+        out.append((commit, str(record.get("date", "?")),
+                    tuple(sorted((str(k), str(v)) for k, v in rules.items())) if rules is not None else None))
+    return tuple(out)

@@ -216,7 +216,9 @@ def test_every_rule_replaced_after_its_committed_run_shows_both_verdicts():
             allowed = (ledger.FIXED, ledger.UNKNOWN, ledger.REFACTORED,
                        *(ledger.REVISED,) * (row["earlier_design"] is not None))
             assert row["rule_status"] in allowed, key
-    assert rows["chen-banana-accuracy-glorot"]["rule_status"] == ledger.FIXED  # its cache records the rules it ran with
+    # its cache records the rules it ran with, but the arms' first paper-scale runs (2026-11-25) recorded none
+    assert rows["chen-banana-accuracy-glorot"]["rule_status"] == ledger.UNKNOWN
+    assert "earlier paper-scale run of this experiment (2026-11-25" in html.unescape(rows["chen-banana-accuracy-glorot"]["Rule status"])
     # dca65ed rewrote the banana rules after their first run: the old accuracy rule gives more on today's cache.
     assert (rows["chen-banana-accuracy"]["verdict"], rows["chen-banana-accuracy"]["earlier"]) == (PARTLY, REPRODUCED)
     assert rows["sbsnn-fit-faster-author-minibatch"]["rule_status"] == ledger.REVISED
@@ -485,3 +487,41 @@ def test_a_rule_revised_after_its_run_and_refactored_since_still_shows_the_earli
     [row] = ledger.ledger_rows()
     assert (row["verdict"], row["rule_status"], row["earlier"]) == (REPRODUCED, ledger.REVISED, NOT_REPRODUCED)
     assert "Also refactored since the run (same verdict)" in html.unescape(row["Rule status"])
+
+
+def test_a_rule_recorded_by_a_rerun_is_not_called_fixed_before_an_earlier_run_that_recorded_none(chapter, tmp_path,
+                                                                                                  monkeypatch):
+    """A rerun records the rules in force at it; where an earlier committed run of the experiment recorded no rule
+    of the claim, whether the rule was written before that run's results were seen is unknown, and the row says so."""
+    import html
+    import subprocess
+
+    repo = tmp_path
+    monkeypatch.setenv(results.ROOT_ENV, str(repo / "book" / "_results"))
+    monkeypatch.setattr(results.files, "repository_root", lambda: repo)
+    folder = repo / "book" / "_results" / "fake_chapter" / "paper"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    digest = config.load("fake_chapter", "paper").digest
+
+    def commit(date, rules):
+        results.atomic_write_json(folder / "summary.json", {"gap": 0.5})
+        code = {"digest": "d", "modules": {}, "hash": results.CODE_HASH}
+        if rules is not None:
+            code.update(rules=rules, rule_hash=results.RULE_HASH)
+        results.atomic_write_json(folder / "provenance.json", {"chapter": "fake_chapter", "config_digest": digest,
+                                                              "date": date, "code": code})
+        subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
+        subprocess.run(git + ["commit", "-qm", date], cwd=repo, check=True)
+
+    rules = {"fake-gap": results.rule_digest(_claim())}
+    commit("2026-11-20 00:00 UTC", None)
+    commit("2026-11-22 00:00 UTC", rules)
+    [row] = ledger.ledger_rows()
+    assert row["rule_status"] == ledger.UNKNOWN
+    assert "earlier paper-scale run of this experiment (2026-11-20 00:00 UTC" in html.unescape(row["Rule status"])
+    ledger_rows_again = tmp_path / "again"
+    ledger_rows_again.mkdir()
+    monkeypatch.setattr(results.files, "repository_root", lambda: ledger_rows_again)  # no history: as before
+    [row] = ledger.ledger_rows()
+    assert row["rule_status"] == ledger.FIXED

@@ -142,11 +142,37 @@ def _rule_status(claim: Claim, provenance: Mapping[str, Any], refactored: bool =
                          f"and a run records the rules only when it is assembled: whether the rule was fixed "
                          f"before those units is unknown."), False
     if rules is not None and claim.key in rules:
+        if first := _first_run_without(claim, provenance):
+            return UNKNOWN, (f"The hash of the rule recorded with this run ({date}) matches today's rule, but an "
+                             f"earlier paper-scale run of this experiment ({first}) recorded no rule of this claim: "
+                             f"the rule was fixed before this rerun; whether it was written before that run's "
+                             f"results were seen is unknown."), False
         return FIXED, "The hash of the rule recorded with the run matches today's rule.", False
     if rules is not None:
         return REVISED, "The run recorded no rule of this claim: the claim or its rule was written after the run.", False
     return UNKNOWN, (f"Unknown whether the rule was fixed before the run ({date}): the run recorded no rule "
                      f"hashes (it predates them), and no replaced rule is known."), False
+
+
+def _first_run_without(claim: Claim, provenance: Mapping[str, Any]) -> str:
+    """The earliest committed paper-scale run of ``claim``'s chapter before ``provenance``'s that recorded no rule
+    of the claim (no rule hashes at all, or none for its key), as ``"<date>, commit <c>"``, from the history of the
+    cache's ``provenance.json`` (:func:`gmp.rulehistory.earlier_runs`); "" where there is none or git cannot
+    tell. A rule recorded with a rerun was fixed before the rerun, not necessarily before that run's results."""
+    root = _files.repository_root()
+    chapter = provenance.get("chapter")
+    if root is None or not isinstance(chapter, str):
+        return ""
+    date = str(provenance.get("date", "?"))
+    path = f"book/_results/{chapter}/paper/provenance.json"
+    found = ""
+    for commit, then, rules in rulehistory.earlier_runs(str(root), path):
+        if then >= date:
+            continue
+        recorded = dict(rules) if rules is not None else None
+        if recorded is None or claim.key not in recorded:  # another hash may be a refactor: Claim.earlier says more
+            found = f"{then}, commit {commit[:10]}"
+    return found
 
 
 def _earlier_gave(claim: Claim) -> str:
