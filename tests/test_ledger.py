@@ -402,13 +402,10 @@ def _refactored(payload):
     return f"gap {gap:.2f}", PARTLY if gap >= 1 else REPRODUCED
 
 
-def test_a_rule_is_judged_by_what_it_decides_with_the_rule_at_the_run_read_from_git(chapter, tmp_path, monkeypatch,
-                                                                                     root):
-    """A rule rewritten since the run reads as refactored when the rule at the run's commit, read from git and
-    hashing as the run recorded, gives the same verdict; one whose verdict moved shows both."""
-    import html
+def _repository_at_the_run(tmp_path, root, monkeypatch) -> str:
+    """A git repository in ``tmp_path`` holding today's gmp with the chapter as it was at the run
+    (``OLD_CHAPTER``), committed once and made the ledger's repository; its commit."""
     import shutil
-    import subprocess
 
     repo = tmp_path / "repo"
     shutil.copytree(root / "gmp", repo / "gmp", ignore=shutil.ignore_patterns("__pycache__"))
@@ -417,8 +414,17 @@ def test_a_rule_is_judged_by_what_it_decides_with_the_rule_at_the_run_read_from_
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
     subprocess.run(git + ["commit", "-qm", "run"], cwd=repo, check=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     monkeypatch.setattr(results.files, "repository_root", lambda: repo)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+
+def test_a_rule_is_judged_by_what_it_decides_with_the_rule_at_the_run_read_from_git(chapter, tmp_path, monkeypatch,
+                                                                                     root):
+    """A rule rewritten since the run reads as refactored when the rule at the run's commit, read from git and
+    hashing as the run recorded, gives the same verdict; one whose verdict moved shows both."""
+    import html
+
+    commit = _repository_at_the_run(tmp_path, root, monkeypatch)
     recorded = results.rule_digest(_claim())  # the rule of the commit, as the run recorded it
 
     def publish(check, rules=None):
@@ -466,18 +472,8 @@ def test_a_rule_revised_after_its_run_and_refactored_since_still_shows_the_earli
     """A refactor of a rule that was replaced after a run (``Claim.earlier``) keeps the revision on the row:
     status revised, the earlier rule's verdict beside today's, and the refactor said beside it."""
     import html
-    import shutil
-    import subprocess
 
-    repo = tmp_path / "repo"
-    shutil.copytree(root / "gmp", repo / "gmp", ignore=shutil.ignore_patterns("__pycache__"))
-    (repo / "gmp" / "experiments" / "fake_chapter.py").write_text(OLD_CHAPTER)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
-    subprocess.run(git + ["commit", "-qm", "run"], cwd=repo, check=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    monkeypatch.setattr(results.files, "repository_root", lambda: repo)
+    commit = _repository_at_the_run(tmp_path, root, monkeypatch)
     earlier = EarlierRule(rule="reproduced if gap < 0.1, else not reproduced", check=_strict, commits="abc1234",
                           replaced="2026-11-21 00:00 UTC", why="the bar was tightened.")
     chapter.CLAIMS = [_claim(check=_refactored, earlier=earlier)]
