@@ -355,6 +355,7 @@ def test_the_second_job_journals_the_missing_part3_units_whole_and_merge_adds_on
     assert done["returncode"] == 0 and list(done["done"]) == keys[1:], done.get("log")
     returned = [p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert returned == [f"sbsnn_author/_partial/smoke-{cfg.digest}.jsonl"]
+    gpu.files.write_json(tmp_path / "out" / "gpu.json", gpu.environment("cpu"))  # as the command writes it first
     assert gpu.merge(tmp_path / "out") == keys[1:]
     assert gpu.missing_units("sbsnn_author", "smoke") == [] and gpu.merge(tmp_path / "out") == []
     assert results.journal_units(journal)[keys[0]] == {"from": "the repository"}
@@ -390,6 +391,7 @@ def test_queued_settings_add_units_to_the_second_job_without_making_the_chapters
     # same config as this one's queued one (same digest), so it computes the same units
     done = gpu.units_job(tmp_path / "out", ["sbsnn_author_figs"], "smoke", "cpu", time.monotonic() + 300, 0)
     assert list(done["sbsnn_author_figs"]["done"]) == added, done["sbsnn_author_figs"].get("log")
+    gpu.files.write_json(tmp_path / "out" / "gpu.json", gpu.environment("cpu"))
     assert gpu.merge(tmp_path / "out") == added and gpu.missing_units("sbsnn_author_figs", "smoke") == []
     monkeypatch.setattr(figs, "QUEUED", {"smoke": {"more_seeds": [2], "epochs": 9}})
     with pytest.raises(ValueError, match=r"sets \['epochs'\], which its CONFIG has already"):
@@ -460,13 +462,14 @@ def test_the_checkpoint_of_a_unit_cut_short_comes_back_and_merge_keeps_the_furth
                         f"_partial/smoke-{digest}.fig6seeds-sin-nerf-0.pt", f"_partial/smoke-{digest}.jsonl"]
     assert gpu.return_problems(tmp_path / "out") == []
     torch.save({"epoch": 3}, folder / "_partial" / f"smoke-{digest}.fig4seeds-sin-0.pt")  # had it come back
+    gpu.files.write_json(tmp_path / "out" / "gpu.json", gpu.environment("cpu"))
     repo = tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}"
     repo.mkdir(parents=True)
     torch.save({"epoch": 30}, repo / "fig4seeds-triangle-0.pt")  # a CPU run got further
     assert gpu.merge(tmp_path / "out") == ["fig4seeds-sin-0"]
     assert sorted(p.name for p in repo.iterdir()) == ["fig4seeds-triangle-0.pt", "fig6seeds-sin-nerf-0.pt"]
-    assert gpu.returned._checkpoint_epoch(repo / "fig4seeds-triangle-0.pt") == 30
-    assert gpu.returned._checkpoint_epoch(repo / "fig6seeds-sin-nerf-0.pt") == 10
+    assert gpu.returned._checkpoint_progress(repo / "fig4seeds-triangle-0.pt") == 30
+    assert gpu.returned._checkpoint_progress(repo / "fig6seeds-sin-nerf-0.pt") == 10
     torch.save({"epoch": 1}, folder / "_partial" / "smoke-0000000000000000.fig4seeds-sin-0.pt")
     with pytest.raises(ValueError, match="written for config 0000000000000000"):
         gpu.merge(tmp_path / "out")
