@@ -60,9 +60,10 @@ def return_problems(out: Path) -> list[str]:
 
 
 FOLDED = {"smoke.jsonl": "smoke_log", "gpu.json": "environment"}
-"""The reports under ``OUT`` that ``summary.json`` can hold, and under which key: written as the command goes (a
-lease may end at any time), and folded into the summary, in this order, where ``OUT`` would otherwise hold more
-than :data:`RETURN_FILES` files (:func:`within_return_limits`). ``gpu.json`` is the summary's ``environment``."""
+"""The reports under ``OUT`` that ``summary.json`` can hold, each with its key there. They are written as the
+command goes (a lease may end at any time), and folded into the summary, in this order, where ``OUT`` would
+otherwise hold more than :data:`RETURN_FILES` files (:func:`within_return_limits`); ``gpu.json`` is the summary's
+``environment``."""
 
 
 def within_return_limits(out: Path, summary: dict[str, Any]) -> list[str]:

@@ -17,9 +17,13 @@ from .files import ROOT, keep_returned, write_json
 
 
 UNIT_CHAPTERS: tuple[str, ...] = ("sbsnn_gap", "sbsnn_fitting", "sbsnn_encoders", "sbsnn_author", "sbsnn_author_figs")
-"""The chapters whose missing paper-scale units the second job computes, in this order: first the full-batch
+"""The chapters whose missing paper-scale units the second job computes, in this order. First the full-batch
 fits (``gmp.implicit.fit_spec``) of the three chapters whose caches record no code fingerprint, unit by unit,
-then :data:`STACKED_CHAPTERS`."""
+then :data:`STACKED_CHAPTERS`. The full-batch fits go first: they restore pages that exist, each of their steps
+is one large product per layer (the 65,536 pixels of a 256 x 256 image), and each unit is short, so that a lease
+cut short loses little; the units that :data:`STACKED_CHAPTERS` still lack are new claims, trained in
+mini-batches of 32 whose small steps keep a GPU busier with launches than with arithmetic (not yet measured on
+one), and a stacked queue runs only when its probe predicts that it ends in time."""
 
 STACKED_CHAPTERS: tuple[str, ...] = ("sbsnn_author", "sbsnn_author_figs")
 """The chapters of :data:`UNIT_CHAPTERS` whose units may go to the stacked fit (:func:`compute_units_stacked`):
