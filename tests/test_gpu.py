@@ -267,19 +267,28 @@ def test_merge_records_the_device_that_computed_each_returned_unit(tmp_path, mon
     assert entries[1]["value"] == 2 and entries[1]["seconds"] == 9.0
 
 
-def test_a_full_batch_unit_cut_short_comes_back_and_resumes_to_the_same_fit(tmp_path, monkeypatch):
-    """A ``fit_spec`` unit (sbsnn_gap's) stopped after its checkpoint at step 200: the checkpoint comes back
-    beside the journal, ``merge`` puts it where the unit checkpoints (it read only a ``fit_stack`` epoch before),
-    and the next second job resumes the unit from it to the curves of a fit never stopped."""
+SMALL = {"hidden_features": 16, "hidden_layers": 1}
+"""A network small enough that a 210-step fit of the smoke scale's image takes a second or two."""
+
+
+@pytest.mark.parametrize("chapter, key, changes", [
+    ("sbsnn_gap", "default-0", {"steps": 210, **SMALL}),
+    ("sbsnn_fitting", "sin-0", {"steps": 210, **SMALL}),
+    ("sbsnn_encoders", "fig6-sin/nerf-0", {"steps": {"fig6": 210, "fig7": 6}, **SMALL})])
+def test_a_full_batch_unit_cut_short_comes_back_and_resumes_to_the_same_fit(tmp_path, monkeypatch, chapter, key,
+                                                                             changes):
+    """A ``fit_spec`` unit of each full-batch chapter stopped after its checkpoint at step 200: the checkpoint
+    comes back beside the journal, ``merge`` puts it where the unit checkpoints (it read only a ``fit_stack``
+    epoch before), and the next second job resumes the unit from it to the curves of a fit never stopped."""
+    import importlib
     import time
 
     from gmp import implicit, results
-    from gmp.experiments import sbsnn_gap
 
-    monkeypatch.setitem(sbsnn_gap.CONFIG, "smoke", {**sbsnn_gap.CONFIG["smoke"], "steps": 210, "hidden_features": 16,
-                                                    "hidden_layers": 1})
-    monkeypatch.setattr(gpu.units, "missing_units", lambda chapter, scale, seed=0: ["default-0"])
-    digest = gpu.unit_config("sbsnn_gap", "smoke").digest
+    experiment = importlib.import_module(f"gmp.experiments.{chapter}")
+    monkeypatch.setitem(experiment.CONFIG, "smoke", {**experiment.CONFIG["smoke"], **changes})
+    monkeypatch.setattr(gpu.units, "missing_units", lambda chapter, scale, seed=0: [key])
+    digest = gpu.unit_config(chapter, "smoke").digest
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
     written = implicit.atomic_write_bytes
 
@@ -292,23 +301,23 @@ def test_a_full_batch_unit_cut_short_comes_back_and_resumes_to_the_same_fit(tmp_
 
     monkeypatch.setattr(implicit, "atomic_write_bytes", stop)
     with pytest.raises(Stopped):
-        gpu.compute_units(tmp_path / "cut", "sbsnn_gap", "smoke", "cpu", time.monotonic() + 120)
+        gpu.compute_units(tmp_path / "cut", chapter, "smoke", "cpu", time.monotonic() + 120)
     monkeypatch.setattr(implicit, "atomic_write_bytes", written)
-    gpu.files.keep_returned(tmp_path / "cut" / "sbsnn_gap")
+    gpu.files.keep_returned(tmp_path / "cut" / chapter)
     returned = sorted(p.relative_to(tmp_path / "cut").as_posix() for p in (tmp_path / "cut").rglob("*") if p.is_file())
-    assert returned == [f"sbsnn_gap/_partial/smoke-{digest}.default-0.pt"]
+    name = f"{gpu.files.scratch_stem(key)}.pt"
+    assert returned == [f"{chapter}/_partial/smoke-{digest}.{name}"]
     gpu.files.write_json(tmp_path / "cut" / "gpu.json", gpu.environment("cpu"))
     assert gpu.merge(tmp_path / "cut") == []
-    saved = tmp_path / "repo" / "sbsnn_gap" / "_partial" / f"smoke-{digest}" / "default-0.pt"
-    assert gpu.returned._checkpoint_progress(saved) == 200
-    resumed = gpu.compute_units(tmp_path / "resumed", "sbsnn_gap", "smoke", "cpu", time.monotonic() + 120)
-    assert resumed["resumed"] == ["default-0"] and list(resumed["done"]) == ["default-0"]
+    assert gpu.returned._checkpoint_progress(tmp_path / "repo" / chapter / "_partial" / f"smoke-{digest}" / name) == 200
+    resumed = gpu.compute_units(tmp_path / "resumed", chapter, "smoke", "cpu", time.monotonic() + 120)
+    assert resumed["resumed"] == [key] and list(resumed["done"]) == [key]
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "elsewhere"))
-    whole = gpu.compute_units(tmp_path / "whole", "sbsnn_gap", "smoke", "cpu", time.monotonic() + 120)
+    whole = gpu.compute_units(tmp_path / "whole", chapter, "smoke", "cpu", time.monotonic() + 120)
     assert "resumed" not in whole
 
     def fit(folder):
-        [entry] = results.journal_entries(tmp_path / folder / "sbsnn_gap" / "_partial" / f"smoke-{digest}.jsonl")
+        [entry] = results.journal_entries(tmp_path / folder / chapter / "_partial" / f"smoke-{digest}.jsonl")
         return {k: v for k, v in entry["value"].items() if k != "seconds"}
 
     assert fit("resumed") == fit("whole") and len(fit("whole")["mse"]) == 210
