@@ -52,17 +52,46 @@ def test_what_the_command_leaves_under_out_is_within_the_return_limits(tmp_path)
         "a b.json: a name with characters other than letters, digits, '.', '_' and '-'"]
 
 
-def test_within_return_limits_removes_checkpoints_too_big_or_too_many(tmp_path):
+def test_within_return_limits_folds_the_reports_then_removes_checkpoints_too_big_or_too_many(tmp_path):
+    """The journals of lu_real and of the five chapters of the second job, a unit's checkpoint, the two reports and
+    the summary are ten files: the reports are folded into the summary, and the journals and the checkpoint come
+    back; of two checkpoints the last by name is removed, and one over 16 MiB always."""
     out = tmp_path / "out"
-    (out / "a" / "_partial").mkdir(parents=True)
-    for i in range(6):
-        (out / f"{i}.json").write_text("")
-    for unit in ("u1", "u2", "u3"):
-        (out / "a" / "_partial" / f"smoke-0.{unit}.pt").write_bytes(b"")
-    (out / "a" / "_partial" / "smoke-0.big.pt").write_bytes(b"x" * (gpu.RETURN_BYTES + 1))
-    assert gpu.files.within_return_limits(out) == ["a/_partial/smoke-0.big.pt: over 16 MiB",
-                                               "a/_partial/smoke-0.u3.pt: more than 8 files"]
-    assert gpu.return_problems(out) == [] and len(list(out.glob("a/_partial/*.pt"))) == 2
+    environment = {"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3"}
+    gpu.files.write_json(out / "gpu.json", environment)
+    (out / "smoke.jsonl").write_text('{"chapter": "lu_gpn", "ok": true}\n{"tests": "cuda", "rc": 0}\n')
+    for chapter in ("lu_real", *gpu.UNIT_CHAPTERS):
+        (out / chapter / "_partial").mkdir(parents=True)
+        (out / chapter / "_partial" / "paper-0.jsonl").write_text("")
+    (out / "sbsnn_gap" / "_partial" / "paper-0.full-0.pt").write_bytes(b"")
+    summary = {"environment": environment}
+    gpu.files.write_json(out / "summary.json", summary)
+    assert gpu.files.within_return_limits(out, summary) == []
+    assert summary == {"environment": environment, "smoke_log": [{"chapter": "lu_gpn", "ok": True},
+                                                                 {"tests": "cuda", "rc": 0}],
+                       "folded": {"smoke.jsonl": "smoke_log", "gpu.json": "environment"}}
+    gpu.files.write_json(out / "summary.json", summary)
+    assert gpu.return_problems(out) == [] and sum(p.is_file() for p in out.rglob("*")) == gpu.RETURN_FILES
+    (out / "sbsnn_gap" / "_partial" / "paper-0.siren-0.pt").write_bytes(b"")
+    (out / "sbsnn_gap" / "_partial" / "paper-0.big-0.pt").write_bytes(b"x" * (gpu.RETURN_BYTES + 1))
+    assert gpu.files.within_return_limits(out, summary) == ["sbsnn_gap/_partial/paper-0.big-0.pt: over 16 MiB",
+                                                            "sbsnn_gap/_partial/paper-0.siren-0.pt: more than 8 files"]
+    assert gpu.return_problems(out) == [] and (out / "sbsnn_gap" / "_partial" / "paper-0.full-0.pt").is_file()
+
+
+def test_a_unit_checkpoints_under_the_name_that_keep_returned_and_merge_look_for(tmp_path, monkeypatch):
+    """``scratch_stem`` names each unit's checkpoint as ``Store.scratch`` does for every chapter of the second job
+    (``fig6-sin/nerf-0`` checkpoints in ``fig6-sin_nerf-0.pt``), so that a journalled unit's checkpoint is known as
+    such (it was taken for another unit's before)."""
+    from gmp import results
+
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "staging"))  # as under a run: the store has a journal
+    store = results.Store("sbsnn_encoders", gpu.unit_config("sbsnn_encoders", "smoke"))
+    for chapter in gpu.UNIT_CHAPTERS:
+        for key in gpu.unit_keys(chapter, gpu.unit_config(chapter, "smoke")):
+            assert store.scratch(key).stem == gpu.files.scratch_stem(key)
+    assert not gpu.files.checkpoint_unjournalled("fig6-sin_nerf-0", {"fig6-sin/nerf-0": {}})
+    assert gpu.files.checkpoint_unjournalled("fig6-sin_rotated-0", {"fig6-sin/nerf-0": {}})
 
 
 def test_merge_reads_each_checkpoint_once(tmp_path, monkeypatch):
@@ -103,12 +132,13 @@ def test_merge_changes_nothing_when_a_returned_checkpoint_is_damaged(tmp_path, m
     (partial / f"smoke-{digest}.jsonl").write_text(json.dumps({"key": "fig4seeds-sin-0", "value": 1}) + "\n")
     torch.save({"epoch": 4}, partial / f"smoke-{digest}.fig4seeds-triangle-0.pt")
     (partial / f"smoke-{digest}.fig6seeds-sin-nerf-0.pt").write_bytes(b"PK\x03\x04 cut short")
+    gpu.files.write_json(tmp_path / "out" / "gpu.json", gpu.environment("cpu"))
     with pytest.raises(ValueError, match="fig6seeds-sin-nerf-0.pt is damaged.*Nothing was merged"):
         gpu.merge(tmp_path / "out")
     assert not (tmp_path / "repo").exists()
     (partial / f"smoke-{digest}.fig6seeds-sin-nerf-0.pt").unlink()
     assert gpu.merge(tmp_path / "out") == ["fig4seeds-sin-0"]
-    assert gpu.returned._checkpoint_epoch(tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}"
+    assert gpu.returned._checkpoint_progress(tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}"
                                  / "fig4seeds-triangle-0.pt") == 4
 
 
@@ -181,3 +211,113 @@ def test_the_stacked_second_job_journals_each_unit_as_the_unit_by_unit_path_does
     changed = json.loads(json.dumps(theirs[0]["value"]))
     changed["fits"][0]["train_mse"][-1] *= 1.001
     assert not close(mine[0]["value"], changed)  # the comparison sees a change of 0.1% in one number
+
+
+def test_the_units_of_a_chapter_without_units_keys_are_listed_without_computing_any(tmp_path, monkeypatch):
+    """``missing_units`` of a full-batch chapter (no ``units_keys``): the keys of its ``units``, whose fits are not
+    called and which write nothing, less those the repository's journal holds; the stacked fit refuses it."""
+    import time
+
+    from gmp import results
+    from gmp.experiments import sbsnn_gap
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    monkeypatch.setenv(results.STAGING_ENV, str(tmp_path / "staging"))
+    monkeypatch.setattr(sbsnn_gap, "fit_spec", lambda *args, **kwargs: pytest.fail("a fit was computed"))
+    assert not hasattr(sbsnn_gap, "units_keys")
+    cfg = gpu.unit_config("sbsnn_gap", "smoke")
+    keys = [f"{name}-0" for name in ("default", "default+gain", "full", "full+gain", "siren", "siren+scale",
+                                     "siren+omega")]
+    assert gpu.unit_keys("sbsnn_gap", cfg) == keys == gpu.missing_units("sbsnn_gap", "smoke")
+    journal = tmp_path / "repo" / "sbsnn_gap" / "_partial" / f"smoke-{cfg.digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text(json.dumps({"key": "full-0", "value": {}}) + "\n")
+    assert gpu.missing_units("sbsnn_gap", "smoke") == [key for key in keys if key != "full-0"]
+    assert not (tmp_path / "staging").exists() and os.environ[results.STAGING_ENV] == str(tmp_path / "staging")
+    with pytest.raises(ValueError, match="sbsnn_gap: not among gmp.gpu.STACKED_CHAPTERS.*unit by unit"):
+        gpu.compute_units_stacked(tmp_path / "out", ["sbsnn_author_figs", "sbsnn_gap"], "smoke", "cpu",
+                                  time.monotonic() + 60)
+    assert not (tmp_path / "out").exists()
+
+
+def test_merge_records_the_device_that_computed_each_returned_unit(tmp_path, monkeypatch):
+    """Each unit that ``merge`` adds carries the device of ``OUT/gpu.json`` (or of the summary it was folded into);
+    the units a CPU run journalled have no such field; without either file nothing is merged."""
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    digest = gpu.unit_config("sbsnn_gap", "paper").digest
+    journal = tmp_path / "repo" / "sbsnn_gap" / "_partial" / f"paper-{digest}.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text(json.dumps({"key": "default-0", "value": 1, "seconds": 944.0}) + "\n")
+    out = tmp_path / "out"
+    (out / "sbsnn_gap" / "_partial").mkdir(parents=True)
+    (out / "sbsnn_gap" / "_partial" / journal.name).write_text(
+        "".join(json.dumps({"key": key, "value": 2, "seconds": 9.0}) + "\n" for key in ("default-0", "full-0")))
+    with pytest.raises(ValueError, match="neither gpu.json nor a summary.json.*nothing was merged"):
+        gpu.merge(out)
+    assert len(results.journal_entries(journal)) == 1
+    gpu.files.write_json(out / "summary.json", {"environment": {"device": "cuda:0", "gpu": "NVIDIA H200"}})
+    assert gpu.returned_device(out) == "cuda (NVIDIA H200)"
+    gpu.files.write_json(out / "gpu.json", {"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3"})
+    assert gpu.merge(out) == ["full-0"]
+    entries = results.journal_entries(journal)
+    assert [(e["key"], e.get("device")) for e in entries] == [("default-0", None),
+                                                              ("full-0", "cuda (NVIDIA H100 80GB HBM3)")]
+    assert entries[1]["value"] == 2 and entries[1]["seconds"] == 9.0
+
+
+SMALL = {"hidden_features": 16, "hidden_layers": 1}
+"""A network small enough that a 210-step fit of the smoke scale's image takes a second or two."""
+
+
+@pytest.mark.parametrize("chapter, key, changes", [
+    ("sbsnn_gap", "default-0", {"steps": 210, **SMALL}),
+    ("sbsnn_fitting", "sin-0", {"steps": 210, **SMALL}),
+    ("sbsnn_encoders", "fig6-sin/nerf-0", {"steps": {"fig6": 210, "fig7": 6}, **SMALL})])
+def test_a_full_batch_unit_cut_short_comes_back_and_resumes_to_the_same_fit(tmp_path, monkeypatch, chapter, key,
+                                                                             changes):
+    """A ``fit_spec`` unit of each full-batch chapter stopped after its checkpoint at step 200: the checkpoint
+    comes back beside the journal, ``merge`` puts it where the unit checkpoints (it read only a ``fit_stack``
+    epoch before), and the next second job resumes the unit from it to the curves of a fit never stopped."""
+    import importlib
+    import time
+
+    from gmp import implicit, results
+
+    experiment = importlib.import_module(f"gmp.experiments.{chapter}")
+    monkeypatch.setitem(experiment.CONFIG, "smoke", {**experiment.CONFIG["smoke"], **changes})
+    monkeypatch.setattr(gpu.units, "missing_units", lambda chapter, scale, seed=0: [key])
+    digest = gpu.unit_config(chapter, "smoke").digest
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    written = implicit.atomic_write_bytes
+
+    class Stopped(Exception):
+        pass
+
+    def stop(path, data):
+        written(path, data)
+        raise Stopped(path)  # the deadline: the child process ends right after its checkpoint
+
+    monkeypatch.setattr(implicit, "atomic_write_bytes", stop)
+    with pytest.raises(Stopped):
+        gpu.compute_units(tmp_path / "cut", chapter, "smoke", "cpu", time.monotonic() + 120)
+    monkeypatch.setattr(implicit, "atomic_write_bytes", written)
+    gpu.files.keep_returned(tmp_path / "cut" / chapter)
+    returned = sorted(p.relative_to(tmp_path / "cut").as_posix() for p in (tmp_path / "cut").rglob("*") if p.is_file())
+    name = f"{gpu.files.scratch_stem(key)}.pt"
+    assert returned == [f"{chapter}/_partial/smoke-{digest}.{name}"]
+    gpu.files.write_json(tmp_path / "cut" / "gpu.json", gpu.environment("cpu"))
+    assert gpu.merge(tmp_path / "cut") == []
+    assert gpu.returned._checkpoint_progress(tmp_path / "repo" / chapter / "_partial" / f"smoke-{digest}" / name) == 200
+    resumed = gpu.compute_units(tmp_path / "resumed", chapter, "smoke", "cpu", time.monotonic() + 120)
+    assert resumed["resumed"] == [key] and list(resumed["done"]) == [key]
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "elsewhere"))
+    whole = gpu.compute_units(tmp_path / "whole", chapter, "smoke", "cpu", time.monotonic() + 120)
+    assert "resumed" not in whole
+
+    def fit(folder):
+        [entry] = results.journal_entries(tmp_path / folder / chapter / "_partial" / f"smoke-{digest}.jsonl")
+        return {k: v for k, v in entry["value"].items() if k != "seconds"}
+
+    assert fit("resumed") == fit("whole") and len(fit("whole")["mse"]) == 210

@@ -249,8 +249,9 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     """The rehearsal of a lease: ``python -m gmp.gpu OUT --device cpu --scale smoke`` in a process (and its
     children) that cannot import what the GPU image lacks (``tests/gpu_image``): one chapter's code, the
     ``cuda`` tests collected, then the next group of lu_real's smoke run journalled whole, then the Part III
-    units; everything under OUT within what comes back from a GPU machine; ``merge`` adds both to a
-    repository's journals."""
+    units, the full-batch chapters' first; everything under OUT within what comes back from a GPU machine (the
+    reports folded into the summary); ``merge`` adds all of it to a repository's journals, each Part III unit
+    with its device."""
     import re
     import subprocess
     import sys
@@ -264,7 +265,7 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
                "assert results.STAGING_ENV not in os.environ  # set for the journal's write only\nsys.exit(rc)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "gpu_image"), str(root)])}
     done = subprocess.run([sys.executable, "-c", program, str(out), "--device", "cpu", "--scale", "smoke",
-                           "--seconds", "300", "--smoke-seconds", "120", "--chapters", "lu_gpn"], cwd=root, env=env,
+                           "--seconds", "420", "--smoke-seconds", "120", "--chapters", "lu_gpn"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -277,28 +278,40 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     assert [e["key"] for e in entries] == [lu_real.epoch_key("digits", label, 0, 1) for label in run["networks"]]
     assert all(e["value"]["device"] == "cpu" and e["value"]["stacked"] == 4 for e in entries)
     assert set(run["probe_ms_per_step"]) == {"1", "4"}  # one network first, then all four (JSON keys)
-    tests = [json.loads(line) for line in (out / "smoke.jsonl").read_text().splitlines()][-1]
+    assert summary["folded"] == {"smoke.jsonl": "smoke_log"}  # 9 files else
+    tests = summary["smoke_log"][-1]
     skipped = re.search(r"(\d+) skipped", tests["output_tail"])  # without a GPU: collected, then skipped
     assert tests["rc"] == 0 and skipped and int(skipped[1]) == (root / "tests" / "test_cuda.py").read_text().count(
         "\ndef test_"), tests
     units, stacked = summary["units"], summary["units_stacked"]  # the second job, with the time the group left
-    assert set(units) == set(gpu.UNIT_CHAPTERS) == {"sbsnn_author", "sbsnn_author_figs"}
-    assert stacked["returncode"] == 0 and stacked["queues"], stacked.get("log")  # first the stacked fit
+    assert list(units) == list(gpu.UNIT_CHAPTERS) == ["sbsnn_gap", "sbsnn_fitting", "sbsnn_encoders", "sbsnn_author",
+                                                      "sbsnn_author_figs"]
+    full_batch = [chapter for chapter in units if chapter not in gpu.STACKED_CHAPTERS]
+    for chapter in full_batch:  # every unit, unit by unit
+        assert list(units[chapter]["done"]) == gpu.unit_keys(chapter, gmp.load_config(chapter, "smoke")), units[chapter]
+    assert stacked["returncode"] == 0 and stacked["queues"], stacked.get("log")  # then the stacked fit
     assert all(q["status"] == "trained" and q["probe_mode"] == "eager" for q in stacked["queues"]), stacked["queues"]
+    assert {unit.split("/")[0] for unit in stacked["units"]} == set(gpu.STACKED_CHAPTERS)
     for job in units.values():  # then, unit by unit, what it could not take
         assert job["returncode"] == 0 and list(job["done"]) == job["pending"], job
     by_unit = {f"{chapter}/{key}" for chapter, job in units.items() for key in job["done"]}
-    assert by_unit == set(stacked["not_stacked"]) and not by_unit & set(stacked["done"])
+    assert by_unit - {f"{c}/{key}" for c in full_batch for key in units[c]["done"]} == set(stacked["not_stacked"])
+    assert not by_unit & set(stacked["done"])
     assert {"sbsnn_author_figs/fig4seeds-sin-0", "sbsnn_author/heldout-0"} <= set(stacked["done"]) | by_unit
     assert "sbsnn_author_figs/fig4seeds-sin-0" in stacked["done"] and "sbsnn_author/heldout-0" in by_unit
     part3 = {chapter: gmp.load_config(chapter, "smoke").digest for chapter in units}
+    journals = {chapter: out / chapter / "_partial" / f"smoke-{digest}.jsonl" for chapter, digest in part3.items()}
+    written = [journals[chapter].stat().st_mtime for chapter in (*full_batch, "sbsnn_author_figs")]
+    assert written == sorted(written)  # the full-batch chapters' units first, in order, then the stacked fit's
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert files == ["gpu.json", f"lu_real/_partial/smoke-{cfg.digest}.jsonl",
-                     *(f"{chapter}/_partial/smoke-{digest}.jsonl" for chapter, digest in sorted(part3.items())),
-                     "smoke.jsonl", "summary.json"]  # at most 8 files come back
+    assert files == sorted(["gpu.json", "summary.json", f"lu_real/_partial/smoke-{cfg.digest}.jsonl",
+                            *(str(path.relative_to(out)) for path in journals.values())])  # at most 8 files come back
     assert gpu.return_problems(out) == [] == summary["return_problems"] == summary["left_out"]
     added = gpu.merge(out, tmp_path / "repo")
     assert len(added) == 4 + len(by_unit) + len(stacked["done"]) and gpu.merge(out, tmp_path / "repo") == []
+    merged = [e for chapter in part3 for e in results.journal_entries(
+        tmp_path / "repo" / chapter / "_partial" / journals[chapter].name)]
+    assert len(merged) == len(by_unit) + len(stacked["done"]) and {e["device"] for e in merged} == {"cpu"}
     (out / "lu_real" / "_partial" / "smoke-0000000000000000.jsonl").write_text(journal.read_text())
     with pytest.raises(ValueError, match="written for config 0000000000000000"):
         gpu.merge(out, tmp_path / "repo")
@@ -355,6 +368,7 @@ def test_the_second_job_journals_the_missing_part3_units_whole_and_merge_adds_on
     assert done["returncode"] == 0 and list(done["done"]) == keys[1:], done.get("log")
     returned = [p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert returned == [f"sbsnn_author/_partial/smoke-{cfg.digest}.jsonl"]
+    gpu.files.write_json(tmp_path / "out" / "gpu.json", gpu.environment("cpu"))  # as the command writes it first
     assert gpu.merge(tmp_path / "out") == keys[1:]
     assert gpu.missing_units("sbsnn_author", "smoke") == [] and gpu.merge(tmp_path / "out") == []
     assert results.journal_units(journal)[keys[0]] == {"from": "the repository"}
@@ -390,6 +404,7 @@ def test_queued_settings_add_units_to_the_second_job_without_making_the_chapters
     # same config as this one's queued one (same digest), so it computes the same units
     done = gpu.units_job(tmp_path / "out", ["sbsnn_author_figs"], "smoke", "cpu", time.monotonic() + 300, 0)
     assert list(done["sbsnn_author_figs"]["done"]) == added, done["sbsnn_author_figs"].get("log")
+    gpu.files.write_json(tmp_path / "out" / "gpu.json", gpu.environment("cpu"))
     assert gpu.merge(tmp_path / "out") == added and gpu.missing_units("sbsnn_author_figs", "smoke") == []
     monkeypatch.setattr(figs, "QUEUED", {"smoke": {"more_seeds": [2], "epochs": 9}})
     with pytest.raises(ValueError, match=r"sets \['epochs'\], which its CONFIG has already"):
@@ -460,13 +475,14 @@ def test_the_checkpoint_of_a_unit_cut_short_comes_back_and_merge_keeps_the_furth
                         f"_partial/smoke-{digest}.fig6seeds-sin-nerf-0.pt", f"_partial/smoke-{digest}.jsonl"]
     assert gpu.return_problems(tmp_path / "out") == []
     torch.save({"epoch": 3}, folder / "_partial" / f"smoke-{digest}.fig4seeds-sin-0.pt")  # had it come back
+    gpu.files.write_json(tmp_path / "out" / "gpu.json", gpu.environment("cpu"))
     repo = tmp_path / "repo" / "sbsnn_author_figs" / "_partial" / f"smoke-{digest}"
     repo.mkdir(parents=True)
     torch.save({"epoch": 30}, repo / "fig4seeds-triangle-0.pt")  # a CPU run got further
     assert gpu.merge(tmp_path / "out") == ["fig4seeds-sin-0"]
     assert sorted(p.name for p in repo.iterdir()) == ["fig4seeds-triangle-0.pt", "fig6seeds-sin-nerf-0.pt"]
-    assert gpu.returned._checkpoint_epoch(repo / "fig4seeds-triangle-0.pt") == 30
-    assert gpu.returned._checkpoint_epoch(repo / "fig6seeds-sin-nerf-0.pt") == 10
+    assert gpu.returned._checkpoint_progress(repo / "fig4seeds-triangle-0.pt") == 30
+    assert gpu.returned._checkpoint_progress(repo / "fig6seeds-sin-nerf-0.pt") == 10
     torch.save({"epoch": 1}, folder / "_partial" / "smoke-0000000000000000.fig4seeds-sin-0.pt")
     with pytest.raises(ValueError, match="written for config 0000000000000000"):
         gpu.merge(tmp_path / "out")

@@ -21,9 +21,12 @@ under ``OUT`` even when a step fails:
    checkpoints do not come back, so they could not be continued).
 4. With the time the group leaves (and ``--units-seconds`` kept for it), a second job: the
    units of Part III's paper-scale runs that neither the repository's journal nor its current
-   cache holds (``UNIT_CHAPTERS``; the seeds, masks and ablation arms the CPU cannot
-   afford, including those a chapter's ``QUEUED`` settings add: :func:`~gmp.gpu.units.unit_config`). First all
-   of them that fit with ``fit_stack`` as one stacked fit (:func:`~gmp.gpu.units.compute_units_stacked`, in a
+   cache holds (``UNIT_CHAPTERS``, in its order; the seeds, masks and ablation arms the CPU cannot
+   afford, including those a chapter's ``QUEUED`` settings add: :func:`~gmp.gpu.units.unit_config`).
+   First the full-batch fits (``fit_spec``) of ``sbsnn_gap``, ``sbsnn_fitting`` and ``sbsnn_encoders``,
+   whose caches record no code fingerprint, unit by unit as below. Then, of
+   :data:`~gmp.gpu.units.STACKED_CHAPTERS`, all the units that fit with ``fit_stack`` as one stacked
+   fit (:func:`~gmp.gpu.units.compute_units_stacked`, in a
    child process: one queue per image and protocol, trained when its probe predicts that it ends
    in time), each unit journalled whole under ``OUT/<chapter>/_partial/`` once its fits end; then
    the rest (or all of them, when the stacked fit fails or ``--unit-by-unit`` is given), each
@@ -32,12 +35,13 @@ under ``OUT`` even when a step fails:
    back (``<scale>-<digest>.<unit>.pt``), and resumes from it in a later lease (:func:`~gmp.gpu.returned.merge`).
 5. ``OUT/summary.json``: what ran, in which mode (CUDA graph or eager), the measured step
    times and the minutes per group, the stacked fit's probes and prediction
-   (``units_stacked``), and the units computed.
+   (``units_stacked``), and the units computed; where ``OUT`` would otherwise hold more files than
+   come back, ``smoke.jsonl`` and ``gpu.json`` folded into it (:data:`~gmp.gpu.files.FOLDED`).
 
 ``python -m gmp.gpu merge OUT`` adds the networks of a returned ``lu_real`` journal and the
 units of the other returned journals to the repository's journals
-(``book/_results/<chapter>/_partial/``), and a returned checkpoint beside them, refusing
-another config's. The same command
+(``book/_results/<chapter>/_partial/``), each unit with the device that computed it, and a returned
+checkpoint beside them, refusing another config's. The same command
 runs on a CPU at smoke scale (``--device cpu --scale smoke``), which the test suite does.
 
 The package, one module per job, each importing only those before it:
@@ -52,13 +56,13 @@ The package, one module per job, each importing only those before it:
 
 from .chapters import chapter_code, run_chapter, smoke, without_ipython
 from .command import environment, main
-from .files import RETURN_BYTES, RETURN_DEPTH, RETURN_FILES, ROOT, return_problems
+from .files import FOLDED, RETURN_BYTES, RETURN_DEPTH, RETURN_FILES, ROOT, return_problems
 from .lu_real import MODES, load_group, next_group, predicted_networks, train_group
-from .returned import merge
-from .units import (UNIT_CHAPTERS, compute_units, compute_units_stacked, missing_units, stacked_units_job, unit_config,
-                    units_job)
+from .returned import merge, returned_device
+from .units import (STACKED_CHAPTERS, UNIT_CHAPTERS, compute_units, compute_units_stacked, missing_units,
+                    stacked_units_job, unit_config, unit_keys, units_job)
 
 __all__ = ["main", "environment", "chapter_code", "run_chapter", "smoke", "without_ipython", "next_group", "load_group",
-           "train_group", "predicted_networks", "MODES", "unit_config", "missing_units", "compute_units",
-           "compute_units_stacked", "stacked_units_job", "units_job", "merge", "return_problems", "UNIT_CHAPTERS",
-           "RETURN_FILES", "RETURN_BYTES", "RETURN_DEPTH", "ROOT"]
+           "train_group", "predicted_networks", "MODES", "unit_config", "unit_keys", "missing_units", "compute_units",
+           "compute_units_stacked", "stacked_units_job", "units_job", "merge", "returned_device", "return_problems",
+           "UNIT_CHAPTERS", "STACKED_CHAPTERS", "FOLDED", "RETURN_FILES", "RETURN_BYTES", "RETURN_DEPTH", "ROOT"]

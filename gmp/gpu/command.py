@@ -18,7 +18,7 @@ from .chapters import smoke
 from .files import return_problems, within_return_limits, write_json
 from .lu_real import load_group, train_group
 from .returned import merge
-from .units import UNIT_CHAPTERS, compute_units, compute_units_stacked, stacked_units_job, units_job
+from .units import STACKED_CHAPTERS, UNIT_CHAPTERS, compute_units, compute_units_stacked, stacked_units_job, units_job
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu stacked",
                                          description=compute_units_stacked.__doc__.split("\n")[0])
         parser.add_argument("out", type=Path)
-        parser.add_argument("chapters", nargs="+", choices=UNIT_CHAPTERS)
+        parser.add_argument("chapters", nargs="+", choices=STACKED_CHAPTERS)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
         parser.add_argument("--device", default="cuda")
         parser.add_argument("--seconds", type=float, required=True, help="time until the deadline")
@@ -83,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--units-seconds", type=float, default=0.0,
                         help="seconds kept from the lu_real group for the Part III units (default 0: what it leaves)")
     parser.add_argument("--units", nargs="*", default=list(UNIT_CHAPTERS), choices=UNIT_CHAPTERS,
-                        help="chapters of the second job (default: all of UNIT_CHAPTERS; none to skip it)")
+                        help="chapters of the second job (default: all of UNIT_CHAPTERS, in its order whatever the "
+                             "order given; none to skip it)")
     parser.add_argument("--unit-by-unit", action="store_true",
                         help="the second job without the stacked fit (each unit by itself, resumable)")
     args = parser.parse_args(argv)
@@ -123,20 +124,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception:
             summary["lu_real"] = {"error": traceback.format_exc()[-3000:]}
         write_json(out / "summary.json", summary)
-    if args.units and not args.unit_by_unit:
-        try:
-            summary["units_stacked"] = stacked_units_job(out, args.units, args.scale, args.device, deadline, args.seed)
-        except Exception:
-            summary["units_stacked"] = {"error": traceback.format_exc()[-3000:]}
-        write_json(out / "summary.json", summary)
-    if args.units:
-        try:
-            summary["units"] = units_job(out, args.units, args.scale, args.device, deadline, args.seed)
-        except Exception:
-            summary["units"] = {"error": traceback.format_exc()[-3000:]}
+    full_batch = [chapter for chapter in UNIT_CHAPTERS if chapter in args.units and chapter not in STACKED_CHAPTERS]
+    stacked = [chapter for chapter in UNIT_CHAPTERS if chapter in args.units and chapter in STACKED_CHAPTERS]
+    for chapters, stack in ((full_batch, False), (stacked, not args.unit_by_unit)):  # UNIT_CHAPTERS says why
+        if chapters and stack:
+            try:
+                summary["units_stacked"] = stacked_units_job(out, chapters, args.scale, args.device, deadline, args.seed)
+            except Exception:
+                summary["units_stacked"] = {"error": traceback.format_exc()[-3000:]}
+            write_json(out / "summary.json", summary)
+        if chapters:
+            try:
+                summary.setdefault("units", {}).update(units_job(out, chapters, args.scale, args.device, deadline,
+                                                                 args.seed))
+            except Exception:
+                summary.setdefault("units", {})[", ".join(chapters)] = {"error": traceback.format_exc()[-3000:]}
+            write_json(out / "summary.json", summary)
     summary["seconds"] = round(time.monotonic() - begin, 1)
     write_json(out / "summary.json", summary)
-    summary["left_out"] = within_return_limits(out)
+    summary["left_out"] = within_return_limits(out, summary)
     summary["return_problems"] = return_problems(out)
     write_json(out / "summary.json", summary)
     print(json.dumps({k: v for k, v in summary.items() if k != "environment"}, indent=1, default=str), flush=True)

@@ -59,10 +59,19 @@ def return_problems(out: Path) -> list[str]:
     return problems
 
 
-def within_return_limits(out: Path) -> list[str]:
-    """Remove the returned checkpoints (``*/_partial/*.pt``) that would not come back (over
-    :data:`RETURN_BYTES`), then, while ``out`` holds more than :data:`RETURN_FILES` files, the others, last
-    by name first (their units start again from the start); what was removed, and why."""
+FOLDED = {"smoke.jsonl": "smoke_log", "gpu.json": "environment"}
+"""The reports under ``OUT`` that ``summary.json`` can hold, each with its key there. They are written as the
+command goes (a lease may end at any time), and folded into the summary, in this order, where ``OUT`` would
+otherwise hold more than :data:`RETURN_FILES` files (:func:`within_return_limits`); ``gpu.json`` is the summary's
+``environment``."""
+
+
+def within_return_limits(out: Path, summary: dict[str, Any]) -> list[str]:
+    """Keep ``out`` within what comes back (the journals first), ``summary`` being what ``out/summary.json``
+    will hold: remove the returned checkpoints (``*/_partial/*.pt``) over :data:`RETURN_BYTES`; then, while
+    ``out`` would hold more than :data:`RETURN_FILES` files with the summary, fold the reports of :data:`FOLDED`
+    into ``summary`` (the folded ones named in its ``folded``), then remove the other checkpoints, last by name
+    first (their units start again from the start). Returns what was removed and not folded, and why."""
     removed = []
     checkpoints = sorted(out.glob("*/_partial/*.pt"))
     for path in list(checkpoints):
@@ -70,7 +79,19 @@ def within_return_limits(out: Path) -> list[str]:
             checkpoints.remove(path)
             path.unlink()
             removed.append(f"{path.relative_to(out)}: over {RETURN_BYTES // 2 ** 20} MiB")
-    while checkpoints and sum(p.is_file() for p in out.rglob("*")) > RETURN_FILES:
+
+    def over() -> bool:
+        return len({path for path in out.rglob("*") if path.is_file()} | {out / "summary.json"}) > RETURN_FILES
+
+    for name, key in FOLDED.items():
+        if over() and (out / name).is_file():
+            text = (out / name).read_text()
+            summary[key] = [json.loads(line) for line in text.splitlines() if line] if name.endswith(".jsonl") \
+                else json.loads(text)
+            summary.setdefault("folded", {})[name] = key
+            (out / name).unlink()
+            print(f"  folded {name} into summary.json's {key} (at most {RETURN_FILES} files come back)", flush=True)
+    while checkpoints and over():
         path = checkpoints.pop()
         path.unlink()
         removed.append(f"{path.relative_to(out)}: more than {RETURN_FILES} files")
@@ -86,10 +107,17 @@ def _returned_checkpoint(journal_stem: str, scratch_name: str) -> str:
     return f"{journal_stem}.{scratch_name}"
 
 
-def checkpoint_unjournalled(scratch_stem: str, journalled: Mapping[str, Any]) -> bool:
-    """Whether a unit's checkpoint (``Store.scratch`` of its key, or of ``<key>-<part>`` for a unit of
-    several fits) belongs to no unit of ``journalled``."""
-    return not any(scratch_stem == key or scratch_stem.startswith(f"{key}-") for key in journalled)
+def scratch_stem(key: str) -> str:
+    """The name, without ``.pt``, of the file that :meth:`gmp.results.Store.scratch` gives the unit ``key``: its
+    characters other than letters, digits, ``-``, ``_`` and ``.`` become ``_`` (``fig6-sin/nerf-0`` checkpoints
+    in ``fig6-sin_nerf-0.pt``)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+
+
+def checkpoint_unjournalled(stem: str, journalled: Mapping[str, Any]) -> bool:
+    """Whether a unit's checkpoint (named ``stem`` plus ``.pt`` by ``Store.scratch`` after its key, or after
+    ``<key>-<part>`` for a unit of several fits: :func:`scratch_stem`) belongs to no unit of ``journalled``."""
+    return not any(stem == name or stem.startswith(f"{name}-") for name in map(scratch_stem, journalled))
 
 
 def keep_returned(folder: Path) -> None:

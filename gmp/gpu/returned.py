@@ -40,11 +40,32 @@ def _journal_config(path: Path, chapter: str) -> Any:
     return queued if digest == queued.digest else today
 
 
-def _checkpoint_epoch(path: Path) -> int:
-    """The epochs a unit's checkpoint (:func:`gmp.minibatch.fit_stack`'s) has trained."""
+def _checkpoint_progress(path: Path) -> int:
+    """How far a unit's checkpoint has trained: the epochs of :func:`gmp.minibatch.fit_stack`'s, the steps of
+    :func:`gmp.implicit.fit_spec`'s (a unit fits with one of them only, so two of its checkpoints compare)."""
     from gmp.train import load_checkpoint
 
-    return int(load_checkpoint(path, keys=("epoch",))["epoch"])
+    state = load_checkpoint(path)
+    if not {"epoch", "step"} & set(state):
+        raise ValueError(f"checkpoint {path} holds neither an 'epoch' (fit_stack's) nor a 'step' (fit_spec's); it "
+                         "was not written by a unit's fit")
+    return int(state["epoch"] if "epoch" in state else state["step"])
+
+
+def returned_device(out: Path) -> str:
+    """The device that computed what came back in ``out``, as a journal entry records it
+    (:func:`gmp.runs.device_name`: ``"cuda (NVIDIA H100 80GB HBM3)"``, ``"cpu"``), read from ``out/gpu.json``
+    or, where the command folded that into its summary, ``out/summary.json``'s ``environment``; a ValueError
+    when neither holds it."""
+    for name, key in (("gpu.json", None), ("summary.json", "environment")):
+        if (out / name).is_file():
+            environment = json.loads((out / name).read_text())
+            environment = environment.get(key) if key else environment
+            if isinstance(environment, dict) and environment.get("device"):
+                device = str(environment["device"]).split(":")[0]
+                return f"{device} ({environment['gpu']})" if environment.get("gpu") else device
+    raise ValueError(f"{out} holds neither gpu.json nor a summary.json with the environment that python -m gmp.gpu "
+                     "writes first: which device computed its units is unknown, and nothing was merged")
 
 
 def merge(out: Path, results_root: Path | None = None) -> list[str]:
@@ -57,18 +78,22 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
     A returned checkpoint of a unit cut short (``out/<chapter>/_partial/<scale>-<digest>.<unit>.pt``) goes to
     where the unit checkpoints in ``results_root`` (``<chapter>/_partial/<scale>-<digest>/<unit>.pt``), where
     the next GPU command (which carries it) or a CPU run resumes the unit, unless the unit is journalled there
-    or the checkpoint there has reached a later epoch.
+    or the checkpoint there has trained as far or further.
+
+    Each unit added from a chapter other than ``lu_real`` carries the device that computed it
+    (:func:`returned_device`, its ``device``), which a unit journalled by a CPU run of ``gmp.runs`` lacks; a
+    ``lu_real`` entry names it in its value already.
 
     Everything that came back is checked before anything in ``results_root`` changes: a journal or
-    checkpoint of another config, a damaged checkpoint or a name gmp.gpu does not write raises a
-    ValueError and nothing is merged. Returns the journal keys added."""
+    checkpoint of another config, a damaged checkpoint, a name gmp.gpu does not write or units with no record
+    of their device raise a ValueError and nothing is merged. Returns the journal keys added."""
     from gmp import results
 
     root = results_root if results_root is not None else results.results_root()
     if root is None:
         raise ValueError("no results folder: run from a clone of the book's repository or set GMP_RESULTS")
     appends: list[tuple[Path, list[dict[str, Any]]]] = []  # (journal in root, entries to add)
-    copies: list[tuple[Path, Path, int]] = []  # (returned checkpoint, where it goes, its epoch)
+    copies: list[tuple[Path, Path, int]] = []  # (returned checkpoint, where it goes, how far it trained)
     for path in sorted(out.glob("*/_partial/*.jsonl")):
         chapter = path.parent.parent.name
         if chapter == "lu_real":
@@ -82,7 +107,8 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
                 print(f"  {chapter} {entry['key']}: already in {target.name}, left out", flush=True)
         lines = [e for e in entries if e["key"] not in present]
         if lines:
-            appends.append((target, results.with_code(lines, entries)))
+            device = returned_device(out)
+            appends.append((target, results.with_code([{**e, "device": device} for e in lines], entries)))
     for path in sorted(out.glob("*/_partial/*.pt")):
         chapter = path.parents[1].name
         if chapter == "lu_real" or path.name.startswith("."):
@@ -90,7 +116,7 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
         _journal_config(path, chapter)
         stem, unit = path.name.split(".", 1)
         try:
-            epoch = _checkpoint_epoch(path)
+            progress = _checkpoint_progress(path)
         except ValueError as err:
             raise ValueError(f"{err}. Nothing was merged: remove {path} from the returned folder (its unit then "
                              "starts afresh, or from the repository's checkpoint) and merge again") from None
@@ -99,11 +125,11 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
                       **results.journal_units(path.with_name(f"{stem}.jsonl"))}
         if not checkpoint_unjournalled(target.stem, journalled):
             print(f"  {chapter} {target.stem}: journalled already, its checkpoint left out", flush=True)
-        elif target.is_file() and (kept := _checkpoint_epoch(target)) >= epoch:
-            print(f"  {chapter} {target.stem}: the repository's checkpoint is at epoch {kept}, "
-                  f"the returned one at {epoch}: kept the repository's", flush=True)
+        elif target.is_file() and (kept := _checkpoint_progress(target)) >= progress:
+            print(f"  {chapter} {target.stem}: the repository's checkpoint is at epoch or step {kept}, "
+                  f"the returned one at {progress}: kept the repository's", flush=True)
         else:
-            copies.append((path, target, epoch))
+            copies.append((path, target, progress))
     for path in sorted((out / "lu_real" / "_partial").glob("*.jsonl")):
         cfg = _journal_config(path, "lu_real")
         target = root / "lu_real" / "_partial" / path.name
@@ -122,9 +148,10 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
                 lines += entries
         if lines:
             appends.append((target, lines))
-    for source, target, epoch in copies:
+    for source, target, progress in copies:
         results.atomic_write_bytes(target, source.read_bytes())
-        print(f"  {target.parents[2].name} {target.stem}: checkpoint at epoch {epoch} put in {target}", flush=True)
+        print(f"  {target.parents[2].name} {target.stem}: checkpoint at epoch or step {progress} put in {target}",
+              flush=True)
     added = []
     for target, lines in appends:
         results.append_journal(target, [json.dumps(e) for e in lines])

@@ -16,8 +16,20 @@ from typing import Any
 from .files import ROOT, keep_returned, write_json
 
 
-UNIT_CHAPTERS: tuple[str, ...] = ("sbsnn_author", "sbsnn_author_figs")
-"""The chapters whose missing paper-scale units the second job computes, in this order."""
+UNIT_CHAPTERS: tuple[str, ...] = ("sbsnn_gap", "sbsnn_fitting", "sbsnn_encoders", "sbsnn_author", "sbsnn_author_figs")
+"""The chapters whose missing paper-scale units the second job computes, in this order. First the full-batch
+fits (``gmp.implicit.fit_spec``) of the three chapters whose caches record no code fingerprint, unit by unit,
+then :data:`STACKED_CHAPTERS`. The full-batch fits go first: they restore pages that exist, each of their steps
+is one large product per layer (the 65,536 pixels of a 256 x 256 image), and each unit is short, so that a lease
+cut short loses little; the units that :data:`STACKED_CHAPTERS` still lack are new claims, trained in
+mini-batches of 32 whose small steps keep a GPU busier with launches than with arithmetic (not yet measured on
+one), and a stacked queue runs only when its probe predicts that it ends in time."""
+
+STACKED_CHAPTERS: tuple[str, ...] = ("sbsnn_author", "sbsnn_author_figs")
+"""The chapters of :data:`UNIT_CHAPTERS` whose units may go to the stacked fit (:func:`compute_units_stacked`):
+those whose fits are ``fit_stack`` fits. The others fit with ``fit_spec``, which the stacked fit's planning
+cannot record (calling one of their units would train it, with no deadline): they run only unit by unit, in
+the child process that the deadline stops (:func:`units_job`)."""
 
 
 def unit_config(chapter: str, scale: str):
@@ -36,17 +48,29 @@ def unit_config(chapter: str, scale: str):
     return config.Config(chapter, scale, {**cfg.as_dict(), **queued})
 
 
+def unit_keys(chapter: str, cfg: Any, seed: int = 0) -> list[str]:
+    """The keys of ``chapter``'s units under ``cfg``, in order: its ``units_keys``, or for a chapter without one
+    the keys of its ``units`` (which builds a function per unit and computes none; the full-batch chapters' read
+    their image, a fraction of a second), given a :class:`gmp.results.Store` outside any run (it writes nothing)."""
+    import importlib
+
+    from gmp import results
+
+    experiment = importlib.import_module(f"gmp.experiments.{chapter}")
+    if hasattr(experiment, "units_keys"):
+        return list(experiment.units_keys(cfg, seed))
+    return list(_with_staging(None, lambda: experiment.units(cfg, results.Store(chapter, cfg), seed, "cpu")))
+
+
 def missing_units(chapter: str, scale: str, seed: int = 0) -> list[str]:
-    """The keys of ``chapter``'s units at ``scale`` (its ``units_keys`` under :func:`unit_config`, in order)
+    """The keys of ``chapter``'s units at ``scale`` (:func:`unit_keys` under :func:`unit_config`, in order)
     that none of the repository's journals of that config and of today's config, nor the chapter's current
     cache (``units.jsonl.gz``), holds: a unit journalled on the CPU under today's config and not yet assembled
     into the cache is not computed again."""
     import gzip
-    import importlib
 
     from gmp import config, results
 
-    experiment = importlib.import_module(f"gmp.experiments.{chapter}")
     cfg = unit_config(chapter, scale)
     have = {key for digest in {cfg.digest, config.load(chapter, scale).digest}
             for key in results.journal_units(results.journal_path(chapter, scale, digest))}
@@ -55,7 +79,7 @@ def missing_units(chapter: str, scale: str, seed: int = 0) -> list[str]:
     if cache is not None and cache.is_file() and results.cached(chapter, results._claims_of(chapter)[0].result,
                                                                   scale).current:
         have |= {json.loads(line)["key"] for line in gzip.decompress(cache.read_bytes()).decode().splitlines() if line}
-    return [key for key in experiment.units_keys(cfg, seed) if key not in have]
+    return [key for key in unit_keys(chapter, cfg, seed) if key not in have]
 
 
 def compute_units(out: Path, chapter: str, scale: str, device: str, deadline: float, seed: int = 0) -> dict[str, Any]:
@@ -118,12 +142,16 @@ STACKED_REPORT = "units-stacked.json"
 summary and removes it: at most 8 files come back)."""
 
 
-def _with_staging(staging: Path, make: Any) -> Any:
-    """``make()`` with :data:`gmp.results.STAGING_ENV` set to ``staging`` (a :class:`gmp.results.Store` reads it)."""
+def _with_staging(staging: Path | None, make: Any) -> Any:
+    """``make()`` with :data:`gmp.results.STAGING_ENV` set to ``staging``, or unset where it is None (a
+    :class:`gmp.results.Store` reads it)."""
     from gmp import results
 
     previous = os.environ.get(results.STAGING_ENV)
-    os.environ[results.STAGING_ENV] = str(staging)
+    if staging is None:
+        os.environ.pop(results.STAGING_ENV, None)
+    else:
+        os.environ[results.STAGING_ENV] = str(staging)
     try:
         return make()
     finally:
@@ -137,7 +165,8 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
                           probe_only: bool = False) -> dict[str, Any]:
     """Train the missing units of chapters as one stacked fit where their fits allow it; what was done.
 
-    The units are ``chapters``' :func:`missing_units`, the stacked fit :mod:`gmp.minibatch_queue`'s, on
+    The units are ``chapters``' :func:`missing_units` (chapters of :data:`STACKED_CHAPTERS` only: a ValueError
+    names any other), the stacked fit :mod:`gmp.minibatch_queue`'s, on
     ``device`` until ``deadline`` (monotonic s); the report also goes to ``out/`` :data:`STACKED_REPORT` as it
     goes.
 
@@ -155,6 +184,10 @@ def compute_units_stacked(out: Path, chapters: Sequence[str], scale: str, device
     from gmp import minibatch_queue as mq
     from gmp import results
 
+    if others := [chapter for chapter in chapters if chapter not in STACKED_CHAPTERS]:
+        raise ValueError(f"{', '.join(others)}: not among gmp.gpu.STACKED_CHAPTERS ({', '.join(STACKED_CHAPTERS)}); "
+                         "its units fit with fit_spec, which the stacked fit cannot plan: run them unit by unit "
+                         "(compute_units)")
     report = out / STACKED_REPORT
     summary: dict[str, Any] = {"scale": scale, "device": device, "not_stacked": {}, "queues": [], "done": {}}
     planned: list[tuple[str, str, list[Any]]] = []  # (chapter, key, its fits)
