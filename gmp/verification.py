@@ -389,7 +389,8 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
     - a record whose ``after`` named the module at ``since`` is renewed in place (its ``why`` extended), not
       duplicated;
     - ``after`` is today's hash of the module and of each module it now imports, directly or through others,
-      that the recorded fingerprints lack (a module added for it), not those of
+      that the fingerprints which recorded it as ``before`` lack (a module added for it; for a renewed record
+      that none records, those that recorded it as at ``since``, else the package at ``since``), not those of
       :data:`gmp.results.RENDERING`;
     - ``why`` is the given text and the evidence: the date, the commit, ``since``, and the tests that passed.
 
@@ -408,7 +409,7 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
         raise ValueError("--why says what changed and why the function did not; it is empty")
     if not tests:
         raise ValueError("--tests names at least one pytest node id that shows the function unchanged")
-    source = path.resolve().relative_to(root.resolve()).as_posix()
+    source = path.resolve().relative_to(root.resolve()).as_posix()  # git's name of the file
     since = since or _since(root, source)
     then = _git(root, "show", f"{since}:{source}", what=f"{source} at {since}")
     earlier = _fingerprint._syntax_digest(then)
@@ -430,7 +431,17 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
     if _fingerprint.read_module_hashes(_results.CODE_HASH, package) != today:
         raise SameFunctionRefused(f"gmp's files changed while the tests ran, so which code they tested is "
                                   f"uncertain; nothing is recorded, run --same-function again")
-    after = {module: today[module], **{m: today[m] for m in _added_imports(path, package, recorded)}}
+    prefix = package.resolve().relative_to(root.resolve())
+    at_since = _git(root, "ls-tree", "-r", "--name-only", since, "--", prefix.as_posix(),
+                    what=f"the files of gmp at {since}").decode().splitlines()
+
+    def after(before: str) -> dict[str, str]:
+        """Today's hash of the module and of those it now imports that the fingerprints recording it as
+        ``before`` lack (else those recording it as at ``since``; else the package at ``since``)."""
+        against = ([m for m in recorded if m.get(module) == before] or [m for m in recorded if m.get(module) == earlier]
+                   or [{Path(name).relative_to(prefix).as_posix(): "" for name in at_since}])
+        return {module: today[module], **{m: today[m] for m in _added_imports(path, package, against)}}
+
     evidence = (f"vouched on {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by python -m "
                 f"gmp.runs --same-function at commit {git_commit(root)[:12]}, against the module at {since[:12]}: "
                 f"the {passed} tests of {', '.join(tests)} passed")
@@ -438,10 +449,10 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
     for number, record in enumerate(records):
         if record in renewing:
             records[number] = written_record = record._replace(
-                after=after, why=f"{record.why}; renewed: {why.strip()} ({evidence})")
+                after=after(record.before), why=f"{record.why}; renewed: {why.strip()} ({evidence})")
             written.append(written_record)
     for before in fresh:
-        records.append(_fingerprint.SameFunction(module, before, after, f"{why.strip()} ({evidence})"))
+        records.append(_fingerprint.SameFunction(module, before, after(before), f"{why.strip()} ({evidence})"))
         written.append(records[-1])
     text = json.dumps([record._asdict() for record in records], indent=2, ensure_ascii=False) + "\n"
     _results.atomic_write_bytes(_fingerprint.SAME_FUNCTION_FILE, text.encode("utf-8"))

@@ -763,6 +763,10 @@ def vouching(tmp_path, monkeypatch):
 
 def test_same_function_runs_the_named_tests_and_writes_the_record_of_a_rewritten_module(vouching, capsys):
     repo, package, ran = vouching
+    older = repo / "book" / "_results" / "older" / "paper"  # other code, which the tests do not vouch for
+    older.mkdir(parents=True)
+    (older / "provenance.json").write_text(json.dumps({"code": {"digest": "e", "modules": {**ran, "a.py": "9" * 16},
+                                                               "hash": "syntax"}}))
     (package / "added.py").write_text("def one():\n    return 1\n")
     (package / "a.py").write_text("from gmp import added, helper, verification\n\n\ndef f(x):\n"
                                   "    return helper.g(x) + added.one()\n")
