@@ -515,12 +515,17 @@ def _recorded_fingerprints() -> list[Mapping[str, str]]:
 
 def _added_imports(path: Path, package: Path, recorded: list[Mapping[str, str]]) -> list[str]:
     """The modules of ``package`` that the module at ``path`` imports, directly or through others that are also
-    added, which one of the ``recorded`` fingerprints lacks, leaving out :data:`gmp.results.RENDERING`."""
+    added, which one of the ``recorded`` fingerprints lacks, leaving out :data:`gmp.results.RENDERING`.
+
+    A module of a package that took the place of a module the fingerprint records (``results/store.py`` where
+    it records ``results.py``) is not added: the removed module already counts as changed for it
+    (:func:`gmp.results.changed_modules`), so the record need not lapse with each module of the package."""
     added, todo = set(), [path]
     while todo:
         for found in _fingerprint._imported(todo.pop(), package):
             name = found.relative_to(package).as_posix()
-            if name in added or name in _fingerprint.RENDERING or all(name in modules for modules in recorded):
+            if name in added or name in _fingerprint.RENDERING or all(
+                    name in modules or f"{name.split('/')[0]}.py" in modules for modules in recorded):
                 continue
             added.add(name)
             todo.append(found)

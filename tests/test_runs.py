@@ -829,3 +829,19 @@ def test_same_function_refuses_a_module_that_did_not_change_or_that_no_cache_rec
         runs.main(["--same-function", "gone.py", "--why", "x", "--tests", "tests/test_toy.py::test_same"])
     assert "'gone.py' is not a module of gmp" in capsys.readouterr().err
     assert (package / "same_function.json").read_text() == "[]\n"
+
+
+def test_a_record_lapses_with_the_modules_added_for_its_module_not_with_those_of_a_package_that_replaced_one(tmp_path):
+    """``after`` holds the modules that a rewritten module now imports and the old fingerprint lacked; a module
+    of a package that took the place of one it recorded (results/ for results.py) counts as changed anyway."""
+    package = tmp_path / "gmp"
+    (package / "sub").mkdir(parents=True)
+    for name, text in {"__init__.py": "", "a.py": "from gmp import added\nfrom gmp.sub import x\n", "added.py": "",
+                       "sub/__init__.py": "", "sub/x.py": "from gmp import verification\n", "verification.py": ""}.items():
+        (package / name).write_text(text)
+    replaced, plain = {"__init__.py": "0", "a.py": "0", "sub.py": "0"}, {"__init__.py": "0", "a.py": "0"}
+    assert verification._added_imports(package / "a.py", package, [replaced]) == ["added.py"]
+    assert verification._added_imports(package / "a.py", package, [plain]) == [
+        "added.py", "sub/__init__.py", "sub/x.py"]  # and not verification.py, which counts for no chapter
+    assert verification._added_imports(package / "a.py", package, [replaced, plain]) == [
+        "added.py", "sub/__init__.py", "sub/x.py"]  # lacking in one fingerprint is enough
