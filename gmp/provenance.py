@@ -53,7 +53,7 @@ def precision(dtype: torch.dtype = torch.float32) -> str:
 
 
 def processor() -> str:
-    """The processor's model name (Linux's ``/proc/cpuinfo``, else :func:`platform.processor`), or ``""``."""
+    """The processor's model name (Linux's ``/proc/cpuinfo``, else ``platform.processor()``), or ``""``."""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             if line.startswith("model name") and ":" in line:

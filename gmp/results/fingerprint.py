@@ -283,11 +283,11 @@ def experiment_source(chapter: str, package: Path | None = None) -> Path | None:
 
 
 RENDERING = frozenset({"results/verdicts.py", "verification.py"})
-"""Modules that judge, render or verify cached results and compute none that a cache keeps: the claims ledger,
+"""Modules that judge, render or verify cached results and compute none that a cache keeps (the claims ledger,
 whose verdict boxes and tables every chapter calls as ``gmp.results.<name>``, and the verification of a cache
-against today's code (:mod:`gmp.verification`: ``--verify``, ``--restamp`` and ``--same-function``, which the
-runner's command line hands their arguments, and which recompute units only to compare them and write only
-provenance). :func:`chapter_modules` does not count them, or what only they import (:mod:`gmp.rulehistory`),
+against today's code, :mod:`gmp.verification`, whose ``--verify``, ``--restamp`` and ``--same-function`` the
+runner's command line hands their arguments, and which recomputes units only to compare them and writes only
+provenance): :func:`chapter_modules` does not count them, or what only they import (:mod:`gmp.rulehistory`),
 among the code a chapter's results depend on, so that editing them leaves every cache current. A rule's own code
 is fingerprinted apart (:func:`gmp.results.rule_digests`)."""
 
