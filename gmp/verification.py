@@ -377,8 +377,8 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
     """Record that ``module`` of gmp (its path in the package, ``"runs.py"``) computes the same function as at
     commit ``since``, with the pytest node ids ``tests`` as the evidence, in :data:`gmp.results.SAME_FUNCTION_FILE`.
 
-    ``since`` defaults to the module's last commit where its file differs from the committed one, else to the
-    commit before the last one that changed it. The tests run in a subprocess (``python -m pytest``) in the
+    ``since`` defaults to ``HEAD`` where the module's file differs from it (a rewrite not yet committed), else
+    to the parent of the last commit that changed the file. The tests run in a subprocess (``python -m pytest``) in the
     repository ``root``; unless every one of them passes, and at least one was collected, a
     :class:`SameFunctionRefused` names what failed (an unknown node id, a failing, erroring or skipped test)
     and nothing is written. Then:
@@ -409,8 +409,14 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
         raise ValueError("--why says what changed and why the function did not; it is empty")
     if not tests:
         raise ValueError("--tests names at least one pytest node id that shows the function unchanged")
-    source = path.resolve().relative_to(root.resolve()).as_posix()  # git's name of the file
-    since = since or _since(root, source)
+    try:
+        prefix = package.resolve().relative_to(root.resolve())  # gmp's folder in the repository, as git names it
+    except ValueError:
+        raise ValueError(f"the imported gmp ({package}) is not the one in the repository {root}: run "
+                         f"--same-function with the repository's gmp on the path (PYTHONPATH=$PWD)") from None
+    source = (prefix / module).as_posix()
+    since = _git(root, "rev-parse", "--verify", "-q", f"{since or _since(root, source)}^{{commit}}",
+                 what=f"the commit {since}").decode().strip()
     then = _git(root, "show", f"{since}:{source}", what=f"{source} at {since}")
     earlier = _fingerprint._syntax_digest(then)
     today = _fingerprint.read_module_hashes(_results.CODE_HASH, package)
@@ -431,7 +437,6 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
     if _fingerprint.read_module_hashes(_results.CODE_HASH, package) != today:
         raise SameFunctionRefused(f"gmp's files changed while the tests ran, so which code they tested is "
                                   f"uncertain; nothing is recorded, run --same-function again")
-    prefix = package.resolve().relative_to(root.resolve())
     at_since = _git(root, "ls-tree", "-r", "--name-only", since, "--", prefix.as_posix(),
                     what=f"the files of gmp at {since}").decode().splitlines()
 
@@ -442,9 +447,11 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
                    or [{Path(name).relative_to(prefix).as_posix(): "" for name in at_since}])
         return {module: today[module], **{m: today[m] for m in _added_imports(path, package, against)}}
 
+    commit = git_commit(root)
     evidence = (f"vouched on {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by python -m "
-                f"gmp.runs --same-function at commit {git_commit(root)[:12]}, against the module at {since[:12]}: "
-                f"the {passed} tests of {', '.join(tests)} passed")
+                f"gmp.runs --same-function at commit {commit[:12]}"
+                f"{' with uncommitted changes' if commit.endswith('+dirty') else ''}, against the module at "
+                f"{since[:12]}: the {passed} tests of {', '.join(tests)} passed")
     written = []
     for number, record in enumerate(records):
         if record in renewing:

@@ -777,7 +777,9 @@ def test_same_function_runs_the_named_tests_and_writes_the_record_of_a_rewritten
     assert record.module == "a.py" and record.before == ran["a.py"] != today["a.py"]
     assert record.after == {"a.py": today["a.py"], "added.py": today["added.py"]}  # not helper.py (recorded), nor
     assert record.why.startswith("f adds through added.one (vouched on ")           # verification.py (RENDERING)
-    assert "the 1 tests of tests/test_toy.py::test_same passed" in record.why and "at commit " in record.why
+    assert "the 1 tests of tests/test_toy.py::test_same passed" in record.why
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert f"at commit {head[:12]} with uncommitted changes, against the module at {head[:12]}: " in record.why
     assert f"gmp/a.py as {ran['a.py']} computes the same function as today's code" in capsys.readouterr().out
     # Rewritten again after the record was committed: the record is renewed, not duplicated.
     subprocess.run(["git", "add", "."], cwd=repo, check=True)
