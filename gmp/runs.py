@@ -3,6 +3,7 @@
     python -m gmp.runs CHAPTER --scale paper [--device cuda] [--seed 0] [--jobs 2]
     python -m gmp.runs CHAPTER --scale paper --verify [--unit KEY]
     python -m gmp.runs CHAPTER --scale paper --restamp [--sample N [--sample-seed S]]
+    python -m gmp.runs --same-function MODULE --why TEXT --tests NODEID [NODEID ...]
 
 The chapter's paired notebook ``book/<part>/CHAPTER.ipynb`` is executed with its
 ``parameters`` cell overridden. Everything the chapter saves with
@@ -14,11 +15,9 @@ untouched, and the journal of finished units (``Store.memo``) lets the next run 
 With ``--jobs N`` (chapters whose experiment module has a ``units`` function: Part I's training
 chapters, the Part III image-fitting chapters and lu_real), N worker processes first journal the chapter's independent units,
 each with its share of the CPU threads, and the notebook then runs from the journal; the
-cache keeps those units (``units.jsonl.gz``). ``--verify`` recomputes one of them with
-today's code and compares it with the journalled or cached value (``verify``); ``--restamp``
-recomputes all of them (or a sample that covers every arm) and, when each equals its cached value,
-records today's code as having re-verified the cache (``restamp``), so that a refactor need not cost
-a rerun.
+cache keeps those units (``units.jsonl.gz``). ``--verify``, ``--restamp`` and ``--same-function`` check a
+cache against today's code; they live in :mod:`gmp.verification`, which computes nothing a cache keeps,
+and this command line only hands them their arguments.
 """
 
 from __future__ import annotations
@@ -27,19 +26,15 @@ import argparse
 import contextlib
 import datetime as _dt
 import gzip
-import hashlib
 import json
 import math
 import os
 import platform
-import random
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,7 +44,10 @@ import torch
 import gmp
 from gmp import config as _config
 from gmp import results as _results
+from gmp import verification
 from gmp.progress import PROGRESS_ENV
+from gmp.provenance import UNITS_FILE, describe_device, git_commit, units_of
+from gmp.provenance import device_name, precision  # noqa: F401 (lu_real imports them as gmp.runs.<name>)
 
 
 def chapter_notebook(chapter: str, root: Path) -> Path:
@@ -61,76 +59,8 @@ def chapter_notebook(chapter: str, root: Path) -> Path:
     return found[0]
 
 
-def git_commit(root: Path) -> str:
-    """``HEAD``'s commit, with ``+dirty`` when tracked files other than ``book/_results`` differ from it.
-
-    The results folder is left out because a resumed run appends to its own committed journal
-    there: that is the run's output, not a change to the code that produced it.
-    """
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                f":(exclude){_results.RESULTS_PATH}"], cwd=root, capture_output=True, text=True,
-                               check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + ("+dirty" if dirty else "")
-
-
-def device_name(device: torch.device | str) -> str:
-    """The device: ``"cpu"`` or ``"cuda (<GPU name>)"``, as a journal entry records it (its ``device``)."""
-    device = torch.device(device)
-    return f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
-
-
-def precision(dtype: torch.dtype = torch.float32) -> str:
-    """The arithmetic: the dtype and whether CUDA's matrix products may use TF32
-    (``torch.backends.cuda.matmul.allow_tf32``), ``"float32, TF32 off"``, as a journal entry records it
-    (its ``precision``)."""
-    return f"{str(dtype).removeprefix('torch.')}, TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}"
-
-
-def processor() -> str:
-    """The processor's model name (Linux's ``/proc/cpuinfo``, else :func:`platform.processor`), or ``""``."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.startswith("model name") and ":" in line:
-                return " ".join(line.split(":", 1)[1].split())
-    return platform.processor()
-
-
-def describe_device(device: torch.device) -> str:
-    """The device as a run's provenance records it: :func:`device_name` with, on a CPU, the processor, the
-    machine, its cores and the vector instructions torch's kernels use (two processors can round the same
-    sums differently, so a recomputation on another one need not give the same bits), and on CUDA the
-    :func:`precision` of float32, naming cuDNN's TF32 where it differs from the matrix products'
-    (:func:`gmp.config.resolve_device` turns both off)."""
-    if device.type != "cuda":
-        named = ", ".join(part for part in (processor(), platform.machine(), f"{os.cpu_count()} cores",
-                                            torch.backends.cpu.get_cpu_capability()) if part)
-        return f"{device_name(device)} ({named})"
-    cudnn = torch.backends.cudnn.allow_tf32
-    text = f"{device_name(device)}, {precision()}"
-    return text if cudnn == torch.backends.cuda.matmul.allow_tf32 else f"{text}, cuDNN TF32 {'on' if cudnn else 'off'}"
-
-
-UNITS_FILE = "units.jsonl.gz"
-"""The journal of a finished run of a chapter with ``units``, kept in its cache for :func:`verify`."""
-
-
 class WorkersFailed(RuntimeError):
     """Some workers of :func:`prefill` failed; the units they finished are journalled."""
-
-
-def _units_of(chapter: str, purpose: str = "for --jobs workers; run it without --jobs"):
-    """The ``units`` function of the chapter's experiment module (see :func:`prefill`)."""
-    units = getattr(_config.experiment(chapter), "units", None)
-    if units is None:
-        splitting = [c for c in _results.experiment_chapters() if hasattr(_config.experiment(c), "units")]
-        raise ValueError(f"{chapter} does not split into independent units {purpose} "
-                         f"(these split: {', '.join(splitting)})")
-    return units
 
 
 def _need_locks() -> None:
@@ -151,7 +81,7 @@ def prefill(chapter: str, scale: str, jobs: int, device: str = "auto", seed: int
     workers; each fit checkpoints itself, so a rerun resumes. Call it with
     ``GMP_RESULTS_STAGING`` set, as :func:`run` does.
     """
-    _units_of(chapter)
+    units_of(chapter)
     _need_locks()
     if jobs < 1:
         raise ValueError(f"--jobs must be at least 1, not {jobs}")
@@ -197,7 +127,7 @@ def _work(chapter: str, scale: str, device: str, seed: int, index: int, jobs: in
     """Worker ``index`` of :func:`prefill`: journal its share of the units, then help with the rest."""
     cfg = _config.load(chapter, scale)
     store = _results.Store(chapter, cfg)
-    todo = _units_of(chapter)(cfg, store, seed, _config.resolve_device(device))
+    todo = units_of(chapter)(cfg, store, seed, _config.resolve_device(device))
     keys = list(todo)
     mine = keys[index::jobs]
     busy = [key for key in mine + [k for k in reversed(keys) if k not in mine]
@@ -301,7 +231,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
         raise ValueError(f"--jobs must be at least 1, not {jobs}")
     notebook = chapter_notebook(chapter, root)
     if jobs > 1:
-        _units_of(chapter)
+        units_of(chapter)
         _need_locks()
         worker_devices(device, jobs, _cuda_devices())
     cfg = _config.load(chapter, scale)
@@ -458,324 +388,6 @@ def _distinct(values) -> list[Any]:
     return seen
 
 
-TIMING_KEYS = ("seconds",)
-"""Keys of a unit's value that :func:`verify` leaves out as timings, with every key ending in ``_s``."""
-
-
-def _recorded_units(chapter: str, scale: str) -> tuple[list[dict], _config.Config, int | None, str]:
-    """The journalled units of an unfinished run with the current config, else those the cache kept.
-
-    Returns the entries, the config and seed they were computed with (None: not recorded) and where they come from.
-    """
-    cfg = _config.load(chapter, scale)
-    journal = _results.journal_path(chapter, scale, cfg.digest)
-    entries = _results.journal_entries(journal) if journal else []
-    if entries:
-        return entries, cfg, None, f"journalled in {journal}"
-    folder, provenance, entries = _cached_run(chapter, scale, "verify")
-    cfg = _config.Config(chapter, scale, provenance["config"])
-    return entries, cfg, provenance.get("seed"), f"cached by the run of {provenance.get('date', '?')} in {folder}"
-
-
-def _cached_run(chapter: str, scale: str, what: str) -> tuple[Path, dict, list[dict]]:
-    """The folder, provenance and kept units of the ``scale`` cache of ``chapter``, checked against the
-    hashes the run recorded; a ValueError saying what is wrong (``what``: nothing to verify or re-stamp)."""
-    root = _results.results_root()
-    folder = root / chapter / scale if root else Path(chapter, scale)
-    damaged = f"the {scale}-scale cache of {chapter} is damaged; restore {folder} from git or rerun the chapter"
-    try:
-        provenance = json.loads((folder / "provenance.json").read_bytes())
-    except FileNotFoundError:
-        raise ValueError(f"{chapter} has no {scale}-scale cache" + (" and no unfinished run with its current config"
-                         if what == "verify" else "") + f": nothing to {what}") from None
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{folder / 'provenance.json'} cannot be read ({err}); {damaged}") from None
-    if not isinstance(provenance, dict):
-        raise ValueError(f"{folder / 'provenance.json'} is not a provenance record (it holds a "
-                         f"{type(provenance).__name__}); {damaged}")
-    hashes, seed = provenance.get("payload_sha256", {}), provenance.get("seed")
-    if not isinstance(provenance.get("config"), dict):
-        raise ValueError(f"{folder / 'provenance.json'} records no config (a JSON object under 'config'), so the "
-                         f"run cannot be repeated; {damaged}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
-        raise ValueError(f"{folder / 'provenance.json'} records the seed {seed!r}, not an integer from 0 to "
-                         f"2**32 - 1; {damaged}")
-    if not isinstance(hashes, dict):
-        raise ValueError(f"{folder / 'provenance.json'}: its payload_sha256 is not an object; {damaged}")
-    units = folder / UNITS_FILE
-    if not units.is_file() and UNITS_FILE in hashes:
-        raise ValueError(f"{units} is missing: the run wrote it (provenance.json records its sha256), so it was "
-                         f"deleted since; restore it from git (git checkout -- {units}) or rerun the chapter")
-    if not units.is_file():
-        raise ValueError(f"the {scale}-scale cache of {chapter} keeps no units ({UNITS_FILE}: it was written "
-                         f"before gmp.runs kept them); rerun the chapter to {what} it")
-    data = units.read_bytes()
-    recorded = hashes.get(UNITS_FILE)
-    if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
-        raise ValueError(f"{units} differs from the file the run wrote (sha256 mismatch)")
-    return folder, provenance, _cached_units(units, data, damaged)
-
-
-def _cached_units(path: Path, data: bytes, damaged: str) -> list[dict]:
-    """The entries of a cache's ``units.jsonl.gz`` (its bytes ``data``); a ValueError naming ``path``
-    and the line if any is not an entry (:func:`gmp.results.entry_problem`).
-
-    Unlike a journal, this file was written whole and atomically by a finished run, so a bad line
-    is damage, never an interruption: nothing is skipped.
-    """
-    try:
-        lines = gzip.decompress(data).splitlines()
-    except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError; a cut stream an EOFError
-        raise ValueError(f"{path} is not a readable gzip file ({type(err).__name__}: {err}); {damaged}") from None
-    entries = []
-    for number, raw in enumerate(lines, start=1):
-        try:
-            entry = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise ValueError(f"{path}, line {number}: not UTF-8 text; {damaged}") from None
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}, line {number}: not JSON ({err}): {raw[:80]!r}; {damaged}") from None
-        if problem := _results.entry_problem(entry):
-            raise ValueError(f"{path}, line {number}: {problem}: {raw[:80]!r}; {damaged}")
-        entries.append(entry)
-    return entries
-
-
-def compare(cached: Any, fresh: Any, rtol: float, atol: float, path: str = "value") -> list[str]:
-    """Where the JSON values ``cached`` and ``fresh`` differ, one line each.
-
-    Numbers match when ``|fresh - cached| <= atol + rtol * |cached|`` (NaN matches NaN);
-    other values must be equal. Dict keys of :data:`TIMING_KEYS` or ending in ``_s`` are left out.
-    """
-    if isinstance(cached, dict) and isinstance(fresh, dict):
-        out = []
-        for key in sorted(set(cached) | set(fresh), key=str):
-            if key in TIMING_KEYS or str(key).endswith("_s"):
-                continue
-            if key not in cached or key not in fresh:
-                out.append(f"{path}[{key!r}]: only in the {'cached' if key in cached else 'recomputed'} value")
-            else:
-                out += compare(cached[key], fresh[key], rtol, atol, f"{path}[{key!r}]")
-        return out
-    if isinstance(cached, list) and isinstance(fresh, list):
-        if len(cached) != len(fresh):
-            return [f"{path}: {len(cached)} entries cached, {len(fresh)} recomputed"]
-        return [line for i, (a, b) in enumerate(zip(cached, fresh)) for line in compare(a, b, rtol, atol, f"{path}[{i}]")]
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (cached, fresh))
-    if numbers and (cached == fresh or (math.isnan(cached) and math.isnan(fresh))
-                    or abs(fresh - cached) <= atol + rtol * abs(cached)):
-        return []
-    if not numbers and type(cached) is type(fresh) and cached == fresh:
-        return []
-    return [f"{path}: cached {cached!r}, recomputed {fresh!r}"]
-
-
-def verify(chapter: str, scale: str = "paper", unit: str | None = None, seed: int | None = None,
-           device: str = "auto", rtol: float = 1e-5, atol: float = 1e-8) -> tuple[str, list[str]]:
-    """Recompute one unit of ``chapter`` with today's code and compare it with its recorded value.
-
-    The unit comes from the journal of an unfinished run with the chapter's current config,
-    else from the units its ``scale`` cache kept (computed with that run's config and seed).
-    ``unit`` is its key (default: the first recorded one in the order of the experiment
-    module's ``units(cfg, store, seed, device)``); ``seed`` defaults to the cache's, else 0.
-    The computation neither reads nor writes a journal or checkpoint. Returns a sentence on
-    what was compared and the differences (:func:`compare`); none means it matches.
-    """
-    if not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in (rtol, atol)):
-        raise ValueError(f"rtol and atol must be finite numbers >= 0, got rtol={rtol!r}, atol={atol!r}")
-    units = _units_of(chapter, "to recompute, so --verify has nothing to check")
-    entries, cfg, recorded_seed, source = _recorded_units(chapter, scale)
-    recorded = {entry["key"]: entry for entry in entries}
-    seed = seed if seed is not None else recorded_seed if recorded_seed is not None else 0
-    with _outside_a_run() as before:
-        todo = units(cfg, _results.Store(chapter, cfg), seed, _config.resolve_device(device))
-        both = [key for key in todo if key in recorded]
-        if unit is None and not both:
-            raise ValueError(f"none of the units of {chapter} for seed {seed} is {source}")
-        if unit is not None and unit not in both:
-            raise ValueError(f"unit {unit!r} of {chapter} (seed {seed}) is not {source}; these are: "
-                             f"{', '.join(both) or 'none'}")
-        key = unit or both[0]
-        threads = recorded[key].get("threads")
-        started = time.perf_counter()
-        fresh = _recompute(todo[key], threads)
-    code = _results.resumed_code(_results.with_code([recorded[key]], entries), chapter)  # its code's modules
-    then = ("by code that differs from today's in " + ", ".join(code["changed_modules"]) if code["other_code_units"]
-            else "with no code fingerprint recorded" if code["code_not_recorded_units"] else "by today's code")
-    threads_text = (f"with {threads} threads as it was computed" if threads is not None else
-                    f"with {before} threads; the unit records no thread count, and results can differ with it by "
-                    f"more than the tolerance (reductions split over threads round differently)")
-    what = (f"unit {key!r} of {chapter} at {scale} scale, {source} (computed {then}), recomputed with today's code "
-            f"{threads_text} in {time.perf_counter() - started:.1f} s; tolerance rtol={rtol:g}, atol={atol:g}, "
-            f"timings left out")
-    return what, compare(recorded[key]["value"], fresh, rtol, atol)
-
-
-@contextlib.contextmanager
-def _outside_a_run() -> Iterator[int]:
-    """Recompute units without journalling them: ``GMP_RESULTS_STAGING`` unset, and torch's thread count
-    (given to the block) set back afterwards."""
-    saved = os.environ.pop(_results.STAGING_ENV, None)
-    before = torch.get_num_threads()
-    try:
-        yield before
-    finally:
-        torch.set_num_threads(before)
-        if saved is not None:
-            os.environ[_results.STAGING_ENV] = saved
-
-
-def _recompute(compute, threads: int | None) -> Any:
-    """``compute()`` as its journal entry would hold it (through JSON), with ``threads`` threads where recorded:
-    like with like, since sums split over threads round differently."""
-    if threads is not None:
-        torch.set_num_threads(threads)
-    return json.loads(json.dumps(compute()))
-
-
-def largest_difference(cached: Any, fresh: Any, path: str = "value") -> tuple[float, float | None, str] | None:
-    """The largest absolute difference between the numbers of the JSON values ``cached`` and ``fresh`` (of
-    the same shape, as :func:`compare` finds them), with its size relative to the cached number (None where that
-    is 0) and where it is; None where no
-    number differs. Timings are left out as in :func:`compare`; NaN against NaN is no difference."""
-    pairs: list[tuple[float, float, str]] = []
-    if isinstance(cached, dict) and isinstance(fresh, dict):
-        for key in sorted(set(cached) & set(fresh), key=str):
-            if key not in TIMING_KEYS and not str(key).endswith("_s"):
-                found = largest_difference(cached[key], fresh[key], f"{path}[{key!r}]")
-                pairs += [found] if found else []
-    elif isinstance(cached, list) and isinstance(fresh, list) and len(cached) == len(fresh):
-        for i, (a, b) in enumerate(zip(cached, fresh)):
-            found = largest_difference(a, b, f"{path}[{i}]")
-            pairs += [found] if found else []
-    elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (cached, fresh)) and cached != fresh \
-            and not (math.isnan(cached) and math.isnan(fresh)):
-        gap = abs(fresh - cached)
-        pairs.append((gap, gap / abs(cached) if cached else None, path))
-    return max(pairs, key=lambda pair: pair[0], default=None)
-
-
-UNIT_ARM = re.compile(r"(seed)?\d+")
-"""A part of a unit's key (between ``-`` and ``/``) that names a seed or an index, not an arm."""
-
-
-def unit_arm(chapter: str, key: str) -> str:
-    """The arm of the unit ``key`` of ``chapter``: its experiment module's ``unit_arm(key)`` where it has one, else
-    the key without its parts that are numbers or ``seed<n>`` (``reverse-3-0`` and ``reverse-5-0`` are one arm,
-    ``fig7-sin-0`` and ``fig7-triangle-0`` two)."""
-    own = getattr(_config.experiment(chapter), "unit_arm", None)
-    if own is not None:
-        return own(key)
-    return "-".join(part for part in re.split(r"[-/]", key) if not UNIT_ARM.fullmatch(part)) or key
-
-
-def unit_tolerance(chapter: str, key: str) -> tuple[float, float]:
-    """``(rtol, atol)`` within which a recomputation of the unit ``key`` of ``chapter`` must equal its cached value
-    (see :func:`compare`): its experiment module's ``unit_tolerance(key)`` where it has one (a unit that is not
-    deterministic, such as one trained on a GPU), else ``(0, 0)``: bitwise, since a unit computed again on the
-    CPU with the same code, config, seed and threads gives the same bits."""
-    own = getattr(_config.experiment(chapter), "unit_tolerance", None)
-    rtol, atol = own(key) if own is not None else (0.0, 0.0)
-    if not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in (rtol, atol)):
-        raise ValueError(f"{chapter}.unit_tolerance({key!r}) gives rtol={rtol!r}, atol={atol!r}; a tolerance is a "
-                         f"finite number >= 0")
-    return float(rtol), float(atol)
-
-
-def sample_units(chapter: str, keys: list[str], size: int | None, seed: int) -> list[str]:
-    """The units of ``keys`` that ``--restamp`` recomputes: all of them when ``size`` is None or not smaller,
-    else ``size`` of them drawn with ``random.Random(seed)``: first one of each arm (:func:`unit_arm`), then
-    the rest from the others; in the order of ``keys``."""
-    if size is None or size >= len(keys):
-        return list(keys)
-    arms: dict[str, list[str]] = {}
-    for key in keys:
-        arms.setdefault(unit_arm(chapter, key), []).append(key)
-    if size < len(arms):
-        raise ValueError(f"a sample of {size} units cannot cover the {len(arms)} arms of {chapter} "
-                         f"({', '.join(arms)}); give --sample {len(arms)} or more")
-    draw = random.Random(seed)
-    chosen = {draw.choice(members) for members in arms.values()}
-    chosen |= set(draw.sample([key for key in keys if key not in chosen], size - len(chosen)))
-    return [key for key in keys if key in chosen]
-
-
-RESTAMPS = "restamps"
-"""The key of ``provenance.json`` under which :func:`restamp` records each re-stamp of a cache, oldest first."""
-
-
-class RestampRefused(RuntimeError):
-    """A recomputed unit differs from the cached one by more than its tolerance; the cache is left as it was."""
-
-
-def restamp(chapter: str, scale: str = "paper", sample: int | None = None, sample_seed: int = 0,
-            device: str = "auto", root: Path | None = None) -> dict[str, Any]:
-    """Re-stamp the ``scale`` cache of ``chapter`` with today's code by recomputing its units.
-
-    A refactor (code that computes the same function another way) need not cost a rerun: the units the cache
-    kept (``units.jsonl.gz``) are recomputed with today's code, with the run's config, seed and each unit's
-    thread count, all of them or a seeded ``sample`` that covers every arm (:func:`sample_units`), and each
-    is compared with its cached value within its own tolerance (:func:`unit_tolerance`: bitwise unless the
-    chapter says otherwise). When every one is equal, the evidence is appended to the cache's provenance
-    under :data:`RESTAMPS` (provenance.json is not among the hashed payload files): today's code fingerprint,
-    the date, commit, device, how many units of how many, which, the sample's seed, each tolerance and the
-    largest difference; the page then compares today's code with that fingerprint, not the run's
-    (:func:`gmp.results.cached`). The first unit that differs raises :class:`RestampRefused` naming it and
-    where it differs, and nothing is written. Returns the evidence.
-    """
-    units = _units_of(chapter, "to recompute, so it cannot be re-stamped (rerun it instead)")
-    folder, provenance, entries = _cached_run(chapter, scale, "re-stamp")
-    if provenance.get("config_digest") != _config.load(chapter, scale).digest:
-        raise ValueError(f"the {scale}-scale cache of {chapter} is stale (its config differs from the chapter's "
-                         f"current one): a re-stamp says today's code computes what that run computed, which does "
-                         f"not make it current; rerun python -m gmp.runs {chapter} --scale {scale}")
-    cfg, seed = _config.Config(chapter, scale, provenance["config"]), provenance.get("seed") or 0
-    recorded = {entry["key"]: entry for entry in entries}
-    resolved = _config.resolve_device(device)
-    code = _results.code_fingerprint()
-    with _outside_a_run():
-        todo = units(cfg, _results.Store(chapter, cfg), seed, resolved)
-        unnamed = [key for key in recorded if key not in todo]
-        if unnamed:
-            raise ValueError(f"today's {chapter}.units does not name {len(unnamed)} of the cached units "
-                             f"({', '.join(unnamed[:5])}{', ...' if len(unnamed) > 5 else ''}), so they cannot be "
-                             f"recomputed; rerun the chapter")
-        keys = [key for key in todo if key in recorded]
-        chosen = sample_units(chapter, keys, sample, sample_seed)
-        tolerances, largest, started = {}, None, time.perf_counter()
-        for number, key in enumerate(chosen, start=1):
-            rtol, atol = tolerances[key] = unit_tolerance(chapter, key)
-            print(f"gmp.runs: re-stamp {chapter}: unit {number} of {len(chosen)}, {key!r}", file=sys.stderr)
-            fresh = _recompute(todo[key], recorded[key].get("threads"))
-            differences = compare(recorded[key]["value"], fresh, rtol, atol)
-            if differences:
-                raise RestampRefused(
-                    f"unit {key!r} of {chapter} recomputed with today's code differs from the cached one beyond its "
-                    f"tolerance (rtol={rtol:g}, atol={atol:g}) in {len(differences)} places, first "
-                    f"{'; '.join(differences[:3])}; the cache is not re-stamped (rerun python -m gmp.runs {chapter} "
-                    f"--scale {scale} to recompute it with today's code)")
-            found = largest_difference(recorded[key]["value"], fresh)
-            if found and (largest is None or found[0] > largest["absolute"]):
-                largest = {"unit": key, "path": found[2], "absolute": found[0], "relative": found[1]}
-    if edited := _results.code_edited():
-        raise RestampRefused(f"the files of {', '.join(edited)} changed during the re-stamp, so which code the units "
-                             f"were recomputed with is uncertain; nothing is recorded, re-stamp again")
-    evidence = {
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "code": code, "commit": git_commit(root or _results.repository_root() or Path.cwd()),
-        "gmp_version": gmp.__version__, "torch_version": torch.__version__, "device": describe_device(resolved),
-        "units": len(chosen), "of": len(keys), "keys": chosen,
-        "sample": None if len(chosen) == len(keys) else {"size": len(chosen), "seed": sample_seed},
-        "tolerance": tolerances, "largest_difference": largest,
-        "seconds": round(time.perf_counter() - started, 1),
-        "command": f"python -m gmp.runs {chapter} --scale {scale} --restamp --device {device}"
-                   + (f" --sample {sample} --sample-seed {sample_seed}" if len(chosen) < len(keys) else ""),
-    }
-    provenance[RESTAMPS] = [*(provenance.get(RESTAMPS) or []), evidence]
-    _results.atomic_write_json(folder / "provenance.json", provenance)
-    return evidence
-
-
 def _seed_arg(text: str) -> int:
     try:
         seed = int(text)
@@ -807,8 +419,8 @@ def _device_arg(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gmp.runs", description=__doc__.split("\n\n")[0])
-    parser.add_argument("chapter", help="chapter name, e.g. chen_uci (the stem of book/<part>/<chapter>.md)")
-    parser.add_argument("--scale", required=True, choices=_config.SCALES,
+    parser.add_argument("chapter", nargs="?", help="chapter name, e.g. chen_uci (the stem of book/<part>/<chapter>.md)")
+    parser.add_argument("--scale", choices=_config.SCALES,
                         help="smoke, small or paper (required: a paper-scale run can take hours)")
     parser.add_argument("--device", default="auto", type=_device_arg, help="'auto' (default), 'cpu' or 'cuda[:N]'")
     parser.add_argument("--seed", type=_seed_arg, default=None,
@@ -826,8 +438,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=None,
                         help="with --restamp: recompute this many units, drawn to cover every arm (default: all)")
     parser.add_argument("--sample-seed", type=_seed_arg, default=None, help="with --restamp --sample: the draw's seed (default 0)")
+    parser.add_argument("--same-function", metavar="MODULE",
+                        help="record that MODULE of gmp (runs.py, results/store.py) computes the same function as "
+                             "before its rewrite, once the --tests pass, for every cache that recorded it (no CHAPTER)")
+    parser.add_argument("--why", help="with --same-function: what changed, and why the function did not")
+    parser.add_argument("--tests", nargs="+", metavar="NODEID", help="with --same-function: the pytest node ids that "
+                                                                     "show it (all must pass)")
+    parser.add_argument("--since", help="with --same-function: the commit of the module as it was (default: the "
+                                        "commit before the rewrite, uncommitted or last committed)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.same_function is not None:
+        return _same_function(parser, args)
+    for name in ("why", "tests", "since"):
+        if getattr(args, name) is not None:
+            parser.error(f"--{name} goes with --same-function")
+    missing = [name for name, value in (("chapter", args.chapter), ("--scale", args.scale)) if value is None]
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
     for name in ("unit", "rtol", "atol"):
         if getattr(args, name) is not None and not args.verify:
             parser.error(f"--{name} goes with --verify (it says which unit to recompute or how closely it must match)")
@@ -841,10 +469,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--restamp recomputes the cache's units with its run's seed in this process; it takes no "
                          "--verify, --jobs or --seed")
         try:
-            evidence = restamp(args.chapter, args.scale, args.sample, args.sample_seed or 0, args.device)
+            evidence = verification.restamp(args.chapter, args.scale, args.sample, args.sample_seed or 0, args.device)
         except ValueError as err:
             parser.error(str(err))
-        except RestampRefused as err:
+        except verification.RestampRefused as err:
             print(f"gmp.runs: REFUSED: {err}", file=sys.stderr)
             return 1
         print(f"gmp.runs: re-stamped the {args.scale}-scale cache of {args.chapter}: "
@@ -854,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.jobs != 1:
             parser.error("--verify recomputes one unit in this process; it takes no --jobs")
         try:
-            what, differences = verify(args.chapter, args.scale, args.unit, args.seed, args.device,
+            what, differences = verification.verify(args.chapter, args.scale, args.unit, args.seed, args.device,
                                        1e-5 if args.rtol is None else args.rtol, 1e-8 if args.atol is None else args.atol)
         except ValueError as err:
             parser.error(str(err))
@@ -878,6 +506,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gmp.runs: {err}", file=sys.stderr)
         return 1
     print(f"gmp.runs: cached {args.chapter} at {args.scale} scale in {final}")
+    return 0
+
+
+def _same_function(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--same-function``: :func:`gmp.verification.vouch`, with its outcome said."""
+    given = [name for name in ("chapter", "scale", "seed", "unit", "rtol", "atol", "sample", "sample_seed")
+             if getattr(args, name) is not None] + [name for name in ("verify", "restamp") if getattr(args, name)]
+    given += ["jobs"] * (args.jobs != 1) + ["device"] * (args.device != "auto")
+    if given:
+        parser.error(f"--same-function vouches for a module of gmp in every cache, not for one chapter's run: it "
+                     f"takes only --why, --tests and --since, not {', '.join(given)}")
+    if args.why is None or args.tests is None:
+        parser.error("--same-function needs --why (what changed, and why the function did not) and --tests (the "
+                     "pytest node ids that show it)")
+    try:
+        done = verification.vouch(args.same_function, args.why, args.tests, args.since)
+    except ValueError as err:
+        parser.error(str(err))
+    except verification.SameFunctionRefused as err:
+        print(f"gmp.runs: REFUSED: {err}", file=sys.stderr)
+        return 1
+    for record in done["written"]:
+        print(f"gmp.runs: gmp/{record.module} as {record.before} computes the same function as today's code "
+              f"({', '.join(f'{m} {h}' for m, h in record.after.items())}); recorded in {_results.fingerprint.SAME_FUNCTION_FILE}")
+    for record in done["lapsing"]:
+        print(f"gmp.runs: NOTE: the record for gmp/{record.module} as {record.before} relied on gmp/{args.same_function} "
+              f"as it was and lapses now: renew it with --same-function {record.module}", file=sys.stderr)
     return 0
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import ROOT
-from gmp import config, results, runs
+from gmp import config, results, runs, verification
 from gmp.experiments import chen_banana, chen_banana_arms, chen_levy, chen_levy_arms, chen_uci, chen_uci_arms
 
 SEED = 0
@@ -98,7 +98,7 @@ def test_a_smoke_run_of_chen_levy_is_re_stamped_and_a_perturbed_unit_is_refused_
     kept = [json.loads(line)["key"] for line in gzip.decompress((folder / runs.UNITS_FILE).read_bytes()).splitlines()]
     assert kept == SMOKE_KEYS["chen_levy"]
     assert runs.main(["chen_levy", "--scale", "smoke", "--restamp", "--device", "cpu"]) == 0
-    evidence = json.loads((folder / "provenance.json").read_text())[runs.RESTAMPS][-1]
+    evidence = json.loads((folder / "provenance.json").read_text())[verification.RESTAMPS][-1]
     assert evidence["units"] == evidence["of"] == 4 and evidence["largest_difference"] is None
     capsys.readouterr()
     train_one = chen_levy.train_one
@@ -119,14 +119,12 @@ def test_a_smoke_run_of_chen_levy_is_re_stamped_and_a_perturbed_unit_is_refused_
 def test_a_uci_unit_recomputed_on_another_processor_passes_at_rounding_and_is_refused_beyond_it():
     """chen_uci's units are re-verified to a relative 1e-9 (rounding of float64 sums on another processor),
     not bitwise; a test RMSE moved by 1e-6 or a fit stopped one epoch later is still refused."""
-    from gmp import runs
-
-    rtol, atol = runs.unit_tolerance("chen_uci", "clean/boston/WN/seed0")
-    assert (rtol, atol) == runs.unit_tolerance("chen_uci_arms", "GmP lr 0.01/clean/boston/GmP/seed0") == (1e-9, 0.0)
+    rtol, atol = verification.unit_tolerance("chen_uci", "clean/boston/WN/seed0")
+    assert (rtol, atol) == verification.unit_tolerance("chen_uci_arms", "GmP lr 0.01/clean/boston/GmP/seed0") == (1e-9, 0.0)
     cached = {"test_rmse": 2.4827429021142087, "test_mae": 1.999856706884366, "epochs": 721, "diverged": False,
               "wall_s": 9.9}
     rounding = {**cached, "test_rmse": 2.482742902114205, "test_mae": 1.9998567068843631, "wall_s": 12.0}
-    assert runs.compare(cached, rounding, rtol, atol) == []
-    assert runs.compare(cached, {**cached, "test_rmse": cached["test_rmse"] * (1 + 1e-6)}, rtol, atol)
-    assert runs.compare(cached, {**cached, "epochs": 722}, rtol, atol)
-    assert runs.unit_tolerance("chen_levy", "GmP-seed0") == (0.0, 0.0)  # computed here: bitwise
+    assert verification.compare(cached, rounding, rtol, atol) == []
+    assert verification.compare(cached, {**cached, "test_rmse": cached["test_rmse"] * (1 + 1e-6)}, rtol, atol)
+    assert verification.compare(cached, {**cached, "epochs": 722}, rtol, atol)
+    assert verification.unit_tolerance("chen_levy", "GmP-seed0") == (0.0, 0.0)  # computed here: bitwise

@@ -588,6 +588,19 @@ def test_a_chapter_counts_the_modules_it_imports_and_not_another_chapters_experi
     assert results._units_code_text(resumed) == "; 2 of them by code that differs from today's in experiments/sbsnn_author.py"
 
 
+def test_the_verification_of_caches_is_not_among_a_chapters_code_while_the_runner_is():
+    """gmp.verification (--verify, --restamp, --same-function) recomputes units only to compare them and writes only
+    provenance: the runner imports it for its command line, yet an edit to it leaves every cache current."""
+    assert "verification.py" in results.RENDERING
+    for chapter in ("chen_levy", "sbsnn_gap", "lu_real"):
+        modules = results.chapter_modules(chapter)
+        assert {"runs.py", "provenance.py"} <= modules and "verification.py" not in modules, chapter
+    today = results.code_fingerprint()["modules"]
+    within = results.chapter_modules("chen_levy")
+    assert results.changed_modules({**today, "verification.py": "0" * 16}, results.CODE_HASH, within) == []
+    assert results.changed_modules({**today, "runs.py": "0" * 16}, results.CODE_HASH, within) == ["runs.py"]
+
+
 def test_imports_are_followed_through_relative_imports_functions_and_packages(tmp_path):
     package = tmp_path / "gmp"
     (package / "sub").mkdir(parents=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gmp import config, results, runs
+from gmp import config, results, runs, verification
 
 WRITE = """
 import json, os, pathlib
@@ -350,11 +350,11 @@ def test_verify_recomputes_a_unit_of_an_unfinished_run_from_its_journal(book, mo
 def test_compare_reports_each_difference_and_leaves_timings_out():
     cached = {"x": [1.0, None, "a"], "n": 3, "wall_s": 1.0, "seconds": 2.0, "only": 1}
     fresh = {"x": [1.0 + 1e-7, 1.0, "b"], "n": 3, "wall_s": 9.0, "seconds": 5.0, "new": 2}
-    assert runs.compare(cached, fresh, rtol=1e-5, atol=0) == [
+    assert verification.compare(cached, fresh, rtol=1e-5, atol=0) == [
         "value['new']: only in the recomputed value", "value['only']: only in the cached value",
         "value['x'][1]: cached None, recomputed 1.0", "value['x'][2]: cached 'a', recomputed 'b'"]
-    assert runs.compare([1, 2], [1], 0, 0) == ["value: 2 entries cached, 1 recomputed"]
-    assert runs.compare(True, 1, 1, 1) == ["value: cached True, recomputed 1"]
+    assert verification.compare([1, 2], [1], 0, 0) == ["value: 2 entries cached, 1 recomputed"]
+    assert verification.compare(True, 1, 1, 1) == ["value: cached True, recomputed 1"]
 
 
 @pytest.mark.parametrize("args, message", [(["--seed", "-5"], "a seed is an integer from 0 to 2**32 - 1"),
@@ -466,7 +466,7 @@ def test_verify_tolerances_must_be_finite_non_negative_and_go_with_verify(book, 
         runs.main(["fake_chapter", "--scale", "smoke", *args])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
     with pytest.raises(ValueError, match="rtol and atol must be finite numbers >= 0"):
-        runs.verify("fake_chapter", "smoke", rtol=float("inf"))
+        verification.verify("fake_chapter", "smoke", rtol=float("inf"))
 
 
 def test_the_scale_must_be_given_since_the_paper_scale_takes_hours(book, capsys):
@@ -656,15 +656,15 @@ def test_a_sampled_re_stamp_covers_every_arm_and_states_its_size_and_seed(book, 
     values = {"a-1": [1.0], "a-2": [2.0], "a-3": [3.0], "b-1": [4.0], "c": [5.0]}
     calls = _with_units(values)
     folder = _cache_with_units(book, values)
-    assert [runs.unit_arm("fake_chapter", f"{key}-7") for key in values] == ["a", "a", "a", "b", "c"]
+    assert [verification.unit_arm("fake_chapter", f"{key}-7") for key in values] == ["a", "a", "a", "b", "c"]
     with pytest.raises(SystemExit):
         runs.main(["fake_chapter", "--scale", "smoke", "--restamp", "--sample", "2"])
     assert "a sample of 2 units cannot cover the 3 arms of fake_chapter (a, b, c); give --sample 3" \
         in capsys.readouterr().err
     for seed in range(5):
-        chosen = runs.sample_units("fake_chapter", [f"{key}-7" for key in values], 3, seed)
-        assert {runs.unit_arm("fake_chapter", key) for key in chosen} == {"a", "b", "c"}
-        assert chosen == runs.sample_units("fake_chapter", [f"{key}-7" for key in values], 3, seed)  # seeded
+        chosen = verification.sample_units("fake_chapter", [f"{key}-7" for key in values], 3, seed)
+        assert {verification.unit_arm("fake_chapter", key) for key in chosen} == {"a", "b", "c"}
+        assert chosen == verification.sample_units("fake_chapter", [f"{key}-7" for key in values], 3, seed)  # seeded
     assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp", "--sample", "4", "--sample-seed", "3"]) == 0
     evidence = json.loads((folder / "provenance.json").read_text())["restamps"][-1]
     assert evidence["units"] == 4 and evidence["of"] == 5 and evidence["sample"] == {"size": 4, "seed": 3}
@@ -711,8 +711,139 @@ def test_a_cpu_run_records_the_processor_and_the_vector_instructions_its_kernels
     provenance names the processor and torch's CPU capability beside the machine and its cores."""
     import torch
 
-    from gmp.runs import describe_device, processor
+    from gmp.provenance import describe_device, processor
 
     text = describe_device(torch.device("cpu"))
     assert text.startswith("cpu (") and text.endswith(f", {torch.backends.cpu.get_cpu_capability()})")
     assert f"{os.cpu_count()} cores" in text and (processor() in text)
+
+
+TOY_TESTS = """import pytest
+
+
+def test_same():
+    assert True
+
+
+def test_moved():
+    assert 1 + 1 == 3
+
+
+def test_skipped():
+    pytest.skip("needs a GPU")
+"""
+
+
+@pytest.fixture
+def vouching(tmp_path, monkeypatch):
+    """A repository with a gmp of three modules committed, a cache that recorded them, tests to name as evidence
+    and an empty gmp/same_function.json, in place of the real ones."""
+    repo = tmp_path / "repo"
+    package = repo / "gmp"
+    (repo / "tests").mkdir(parents=True)
+    package.mkdir()
+    (repo / "_toc.yml").write_text("root: intro\n")
+    for name, text in {"__init__.py": "", "a.py": "def f(x):\n    return x + 1\n", "helper.py": "def g(x):\n    return x\n",
+                       "verification.py": ""}.items():
+        (package / name).write_text(text)
+    (repo / "tests" / "test_toy.py").write_text(TOY_TESTS)
+    for command in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gmp"]):
+        subprocess.run(["git", *command], cwd=repo, check=True)
+    monkeypatch.setattr(results.fingerprint, "PACKAGE", package)
+    monkeypatch.setattr(results.fingerprint, "SAME_FUNCTION_FILE", package / "same_function.json")
+    (package / "same_function.json").write_text("[]\n")
+    monkeypatch.setenv(results.ROOT_ENV, str(repo / "book" / "_results"))
+    modules = results.read_module_hashes(results.CODE_HASH, package)
+    cache = repo / "book" / "_results" / "toy" / "paper"
+    cache.mkdir(parents=True)
+    (cache / "provenance.json").write_text(json.dumps({"code": {"digest": "d", "modules": modules, "hash": "syntax"}}))
+    monkeypatch.chdir(repo)
+    return repo, package, modules
+
+
+def test_same_function_runs_the_named_tests_and_writes_the_record_of_a_rewritten_module(vouching, capsys):
+    repo, package, ran = vouching
+    older = repo / "book" / "_results" / "older" / "paper"  # other code, which the tests do not vouch for
+    older.mkdir(parents=True)
+    (older / "provenance.json").write_text(json.dumps({"code": {"digest": "e", "modules": {**ran, "a.py": "9" * 16},
+                                                               "hash": "syntax"}}))
+    (package / "added.py").write_text("def one():\n    return 1\n")
+    (package / "a.py").write_text("from gmp import added, helper, verification\n\n\ndef f(x):\n"
+                                  "    return helper.g(x) + added.one()\n")
+    assert runs.main(["--same-function", "a.py", "--why", "f adds through added.one", "--tests",
+                      "tests/test_toy.py::test_same"]) == 0
+    today = results.read_module_hashes(results.CODE_HASH, package)
+    [record] = results.read_same_function(package / "same_function.json")
+    assert record.module == "a.py" and record.before == ran["a.py"] != today["a.py"]
+    assert record.after == {"a.py": today["a.py"], "added.py": today["added.py"]}  # not helper.py (recorded), nor
+    assert record.why.startswith("f adds through added.one (vouched on ")           # verification.py (RENDERING)
+    assert "the 1 tests of tests/test_toy.py::test_same passed" in record.why
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert f"at commit {head[:12]} with uncommitted changes, against the module at {head[:12]}: " in record.why
+    assert f"gmp/a.py as {ran['a.py']} computes the same function as today's code" in capsys.readouterr().out
+    # Rewritten again after the record was committed: the record is renewed, not duplicated.
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "rewrite"], cwd=repo, check=True)
+    (package / "a.py").write_text("from gmp import added, helper\n\n\ndef f(x):\n    return added.one() + helper.g(x)\n")
+    assert runs.main(["--same-function", "a.py", "--why", "f adds in the other order", "--tests",
+                      "tests/test_toy.py::test_same"]) == 0
+    [renewed] = results.read_same_function(package / "same_function.json")
+    assert renewed.before == ran["a.py"] and renewed.after["a.py"] == results.read_module_hashes(
+        results.CODE_HASH, package)["a.py"] != today["a.py"]
+    assert renewed.why.startswith(record.why + "; renewed: f adds in the other order (vouched on ")
+    # Nothing to vouch for: the module as it was at the commit is today's.
+    with pytest.raises(SystemExit):
+        runs.main(["--same-function", "a.py", "--why", "x", "--tests", "tests/test_toy.py::test_same", "--since", "HEAD",
+                   "--scale", "paper"])
+    assert "takes only --why, --tests and --since, not scale" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tests, named", [
+    (["tests/test_toy.py::test_same", "tests/test_toy.py::test_moved"], "tests.test_toy::test_moved failure"),
+    (["tests/test_toy.py::test_skipped"], "tests.test_toy::test_skipped skipped"),
+    (["tests/test_toy.py::test_absent"], "no test was collected"),
+])
+def test_same_function_refuses_and_writes_nothing_unless_every_named_test_passes(vouching, capsys, tests, named):
+    repo, package, ran = vouching
+    (package / "a.py").write_text("def f(x):\n    return 1 + x\n")
+    assert runs.main(["--same-function", "a.py", "--why", "f adds the other way round", "--tests", *tests]) == 1
+    err = capsys.readouterr().err
+    assert "REFUSED: the tests named as evidence did not all pass" in err and named in err
+    assert "nothing is recorded" in err and (package / "same_function.json").read_text() == "[]\n"
+    if "test_absent" in tests[0]:
+        assert "not found" in err  # pytest's own words for an unknown node id
+
+
+def test_same_function_refuses_a_module_that_did_not_change_or_that_no_cache_recorded(vouching, capsys):
+    repo, package, ran = vouching
+    with pytest.raises(SystemExit):
+        runs.main(["--same-function", "a.py", "--why", "x", "--tests", "tests/test_toy.py::test_same"])
+    assert "gmp/a.py has not changed since its first commit" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        runs.main(["--same-function", "a.py", "--why", "x", "--tests", "tests/test_toy.py::test_same", "--since", "HEAD"])
+    assert "hashes as today" in capsys.readouterr().err
+    (package / "a.py").write_text("def f(x):\n    return 1 + x\n")
+    (repo / "book" / "_results" / "toy" / "paper" / "provenance.json").unlink()
+    with pytest.raises(SystemExit):
+        runs.main(["--same-function", "a.py", "--why", "x", "--tests", "tests/test_toy.py::test_same"])
+    assert "nothing to vouch for" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        runs.main(["--same-function", "gone.py", "--why", "x", "--tests", "tests/test_toy.py::test_same"])
+    assert "'gone.py' is not a module of gmp" in capsys.readouterr().err
+    assert (package / "same_function.json").read_text() == "[]\n"
+
+
+def test_a_record_lapses_with_the_modules_added_for_its_module_not_with_those_of_a_package_that_replaced_one(tmp_path):
+    """``after`` holds the modules that a rewritten module now imports and the old fingerprint lacked; a module
+    of a package that took the place of one it recorded (results/ for results.py) counts as changed anyway."""
+    package = tmp_path / "gmp"
+    (package / "sub").mkdir(parents=True)
+    for name, text in {"__init__.py": "", "a.py": "from gmp import added\nfrom gmp.sub import x\n", "added.py": "",
+                       "sub/__init__.py": "", "sub/x.py": "from gmp import verification\n", "verification.py": ""}.items():
+        (package / name).write_text(text)
+    replaced, plain = {"__init__.py": "0", "a.py": "0", "sub.py": "0"}, {"__init__.py": "0", "a.py": "0"}
+    assert verification._added_imports(package / "a.py", package, [replaced]) == ["added.py"]
+    assert verification._added_imports(package / "a.py", package, [plain]) == [
+        "added.py", "sub/__init__.py", "sub/x.py"]  # and not verification.py, which counts for no chapter
+    assert verification._added_imports(package / "a.py", package, [replaced, plain]) == [
+        "added.py", "sub/__init__.py", "sub/x.py"]  # lacking in one fingerprint is enough

@@ -195,7 +195,9 @@ the module and says why. Each record is a claim that tests back, and lapses when
 again (a test then asks to renew or drop it), so that no later change can shelter under it. It is the
 re-stamp (``python -m gmp.runs CHAPTER --restamp``) of one module for every cache, with tests as its
 evidence instead of recomputed units: for a cache that keeps its units, the re-stamp is the stronger
-evidence."""
+evidence. Records are written by ``python -m gmp.runs --same-function MODULE --why TEXT --tests NODEID ...``
+(:func:`gmp.verification.vouch`), which runs the tests, refuses unless they all pass, and writes or renews
+the records with their hashes and evidence: no hash is typed by hand."""
 
 
 def _same(module: str, recorded: str, now: Mapping[str, str]) -> SameFunction | None:
@@ -280,11 +282,14 @@ def experiment_source(chapter: str, package: Path | None = None) -> Path | None:
     return found[0] if found else None
 
 
-RENDERING = frozenset({"results/verdicts.py"})
-"""Modules that judge and render cached results and compute none (the claims ledger, whose verdict boxes
-and tables every chapter calls as ``gmp.results.<name>``): :func:`chapter_modules` does not count them, or
-what only they import (:mod:`gmp.rulehistory`), among the code a chapter's results depend on. A rule's
-own code is fingerprinted apart (:func:`gmp.results.rule_digests`)."""
+RENDERING = frozenset({"results/verdicts.py", "verification.py"})
+"""Modules that judge, render or verify cached results and compute none that a cache keeps (the claims ledger,
+whose verdict boxes and tables every chapter calls as ``gmp.results.<name>``, and the verification of a cache
+against today's code, :mod:`gmp.verification`, whose ``--verify``, ``--restamp`` and ``--same-function`` the
+runner's command line hands their arguments, and which recomputes units only to compare them and writes only
+provenance): :func:`chapter_modules` does not count them, or what only they import (:mod:`gmp.rulehistory`),
+among the code a chapter's results depend on, so that editing them leaves every cache current. A rule's own code
+is fingerprinted apart (:func:`gmp.results.rule_digests`)."""
 
 
 @functools.cache
@@ -301,7 +306,8 @@ def chapter_modules(chapter: str) -> frozenset[str] | None:
     (``from gmp.results import Store`` is ``results/__init__.py`` and its modules), an import of a module in
     a package that module and the ``__init__.py`` of every package on the way; a chapter's experiment may be
     a module or a package (:func:`experiment_source`). Another chapter's experiment module and the
-    benchmarks are not among them unless one of those imports them, nor the ledger (:data:`RENDERING`).
+    benchmarks are not among them unless one of those imports them, nor the ledger and the verification of
+    caches (:data:`RENDERING`).
     The page's own code is not fingerprinted.
     """
     package = PACKAGE

@@ -1,0 +1,560 @@
+"""Verify a chapter's cache against today's code, and record what verifies it.
+
+    python -m gmp.runs CHAPTER --scale paper --verify [--unit KEY]
+    python -m gmp.runs CHAPTER --scale paper --restamp [--sample N [--sample-seed S]]
+    python -m gmp.runs --same-function MODULE --why TEXT --tests NODEID [NODEID ...]
+
+A finished run of a chapter whose experiment module has ``units`` keeps them in its cache
+(:data:`gmp.provenance.UNITS_FILE`). :func:`verify` recomputes one of them with today's code and compares it
+with the journalled or cached value; :func:`restamp` recomputes all of them (or a sample that covers every
+arm) and, when each equals its cached value, records today's code as having re-verified the cache, so that a
+refactor need not cost a rerun. :func:`vouch` is the re-stamp of one module for every cache at once, with
+tests as its evidence instead of recomputed units: when the named tests pass, it writes the records of
+:data:`gmp.results.SAME_FUNCTION` by which the caches and journals that recorded the module as it was count
+as run by today's code in it.
+
+None of this computes a result that a cache keeps: units are recomputed only to be compared, and what is
+written is provenance. So this module is not among the code a chapter's results depend on
+(:data:`gmp.results.RENDERING`), and editing it leaves every cache current.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import gzip
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+import zlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import gmp
+from gmp import config as _config
+from gmp import results as _results
+from gmp.provenance import UNITS_FILE, describe_device, git_commit, units_of
+from gmp.results import fingerprint as _fingerprint
+
+
+TIMING_KEYS = ("seconds",)
+"""Keys of a unit's value that :func:`verify` leaves out as timings, with every key ending in ``_s``."""
+
+
+def _recorded_units(chapter: str, scale: str) -> tuple[list[dict], _config.Config, int | None, str]:
+    """The journalled units of an unfinished run with the current config, else those the cache kept.
+
+    Returns the entries, the config and seed they were computed with (None: not recorded) and where they come from.
+    """
+    cfg = _config.load(chapter, scale)
+    journal = _results.journal_path(chapter, scale, cfg.digest)
+    entries = _results.journal_entries(journal) if journal else []
+    if entries:
+        return entries, cfg, None, f"journalled in {journal}"
+    folder, provenance, entries = _cached_run(chapter, scale, "verify")
+    cfg = _config.Config(chapter, scale, provenance["config"])
+    return entries, cfg, provenance.get("seed"), f"cached by the run of {provenance.get('date', '?')} in {folder}"
+
+
+def _cached_run(chapter: str, scale: str, what: str) -> tuple[Path, dict, list[dict]]:
+    """The folder, provenance and kept units of the ``scale`` cache of ``chapter``, checked against the
+    hashes the run recorded; a ValueError saying what is wrong (``what``: nothing to verify or re-stamp)."""
+    root = _results.results_root()
+    folder = root / chapter / scale if root else Path(chapter, scale)
+    damaged = f"the {scale}-scale cache of {chapter} is damaged; restore {folder} from git or rerun the chapter"
+    try:
+        provenance = json.loads((folder / "provenance.json").read_bytes())
+    except FileNotFoundError:
+        raise ValueError(f"{chapter} has no {scale}-scale cache" + (" and no unfinished run with its current config"
+                         if what == "verify" else "") + f": nothing to {what}") from None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{folder / 'provenance.json'} cannot be read ({err}); {damaged}") from None
+    if not isinstance(provenance, dict):
+        raise ValueError(f"{folder / 'provenance.json'} is not a provenance record (it holds a "
+                         f"{type(provenance).__name__}); {damaged}")
+    hashes, seed = provenance.get("payload_sha256", {}), provenance.get("seed")
+    if not isinstance(provenance.get("config"), dict):
+        raise ValueError(f"{folder / 'provenance.json'} records no config (a JSON object under 'config'), so the "
+                         f"run cannot be repeated; {damaged}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
+        raise ValueError(f"{folder / 'provenance.json'} records the seed {seed!r}, not an integer from 0 to "
+                         f"2**32 - 1; {damaged}")
+    if not isinstance(hashes, dict):
+        raise ValueError(f"{folder / 'provenance.json'}: its payload_sha256 is not an object; {damaged}")
+    units = folder / UNITS_FILE
+    if not units.is_file() and UNITS_FILE in hashes:
+        raise ValueError(f"{units} is missing: the run wrote it (provenance.json records its sha256), so it was "
+                         f"deleted since; restore it from git (git checkout -- {units}) or rerun the chapter")
+    if not units.is_file():
+        raise ValueError(f"the {scale}-scale cache of {chapter} keeps no units ({UNITS_FILE}: it was written "
+                         f"before gmp.runs kept them); rerun the chapter to {what} it")
+    data = units.read_bytes()
+    recorded = hashes.get(UNITS_FILE)
+    if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
+        raise ValueError(f"{units} differs from the file the run wrote (sha256 mismatch)")
+    return folder, provenance, _cached_units(units, data, damaged)
+
+
+def _cached_units(path: Path, data: bytes, damaged: str) -> list[dict]:
+    """The entries of a cache's ``units.jsonl.gz`` (its bytes ``data``); a ValueError naming ``path``
+    and the line if any is not an entry (:func:`gmp.results.entry_problem`).
+
+    Unlike a journal, this file was written whole and atomically by a finished run, so a bad line
+    is damage, never an interruption: nothing is skipped.
+    """
+    try:
+        lines = gzip.decompress(data).splitlines()
+    except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError; a cut stream an EOFError
+        raise ValueError(f"{path} is not a readable gzip file ({type(err).__name__}: {err}); {damaged}") from None
+    entries = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            entry = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}, line {number}: not UTF-8 text; {damaged}") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}, line {number}: not JSON ({err}): {raw[:80]!r}; {damaged}") from None
+        if problem := _results.entry_problem(entry):
+            raise ValueError(f"{path}, line {number}: {problem}: {raw[:80]!r}; {damaged}")
+        entries.append(entry)
+    return entries
+
+
+def compare(cached: Any, fresh: Any, rtol: float, atol: float, path: str = "value") -> list[str]:
+    """Where the JSON values ``cached`` and ``fresh`` differ, one line each.
+
+    Numbers match when ``|fresh - cached| <= atol + rtol * |cached|`` (NaN matches NaN);
+    other values must be equal. Dict keys of :data:`TIMING_KEYS` or ending in ``_s`` are left out.
+    """
+    if isinstance(cached, dict) and isinstance(fresh, dict):
+        out = []
+        for key in sorted(set(cached) | set(fresh), key=str):
+            if key in TIMING_KEYS or str(key).endswith("_s"):
+                continue
+            if key not in cached or key not in fresh:
+                out.append(f"{path}[{key!r}]: only in the {'cached' if key in cached else 'recomputed'} value")
+            else:
+                out += compare(cached[key], fresh[key], rtol, atol, f"{path}[{key!r}]")
+        return out
+    if isinstance(cached, list) and isinstance(fresh, list):
+        if len(cached) != len(fresh):
+            return [f"{path}: {len(cached)} entries cached, {len(fresh)} recomputed"]
+        return [line for i, (a, b) in enumerate(zip(cached, fresh)) for line in compare(a, b, rtol, atol, f"{path}[{i}]")]
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (cached, fresh))
+    if numbers and (cached == fresh or (math.isnan(cached) and math.isnan(fresh))
+                    or abs(fresh - cached) <= atol + rtol * abs(cached)):
+        return []
+    if not numbers and type(cached) is type(fresh) and cached == fresh:
+        return []
+    return [f"{path}: cached {cached!r}, recomputed {fresh!r}"]
+
+
+def verify(chapter: str, scale: str = "paper", unit: str | None = None, seed: int | None = None,
+           device: str = "auto", rtol: float = 1e-5, atol: float = 1e-8) -> tuple[str, list[str]]:
+    """Recompute one unit of ``chapter`` with today's code and compare it with its recorded value.
+
+    The unit comes from the journal of an unfinished run with the chapter's current config,
+    else from the units its ``scale`` cache kept (computed with that run's config and seed).
+    ``unit`` is its key (default: the first recorded one in the order of the experiment
+    module's ``units(cfg, store, seed, device)``); ``seed`` defaults to the cache's, else 0.
+    The computation neither reads nor writes a journal or checkpoint. Returns a sentence on
+    what was compared and the differences (:func:`compare`); none means it matches.
+    """
+    if not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in (rtol, atol)):
+        raise ValueError(f"rtol and atol must be finite numbers >= 0, got rtol={rtol!r}, atol={atol!r}")
+    units = units_of(chapter, "to recompute, so --verify has nothing to check")
+    entries, cfg, recorded_seed, source = _recorded_units(chapter, scale)
+    recorded = {entry["key"]: entry for entry in entries}
+    seed = seed if seed is not None else recorded_seed if recorded_seed is not None else 0
+    with _outside_a_run() as before:
+        todo = units(cfg, _results.Store(chapter, cfg), seed, _config.resolve_device(device))
+        both = [key for key in todo if key in recorded]
+        if unit is None and not both:
+            raise ValueError(f"none of the units of {chapter} for seed {seed} is {source}")
+        if unit is not None and unit not in both:
+            raise ValueError(f"unit {unit!r} of {chapter} (seed {seed}) is not {source}; these are: "
+                             f"{', '.join(both) or 'none'}")
+        key = unit or both[0]
+        threads = recorded[key].get("threads")
+        started = time.perf_counter()
+        fresh = _recompute(todo[key], threads)
+    code = _results.resumed_code(_results.with_code([recorded[key]], entries), chapter)  # its code's modules
+    then = ("by code that differs from today's in " + ", ".join(code["changed_modules"]) if code["other_code_units"]
+            else "with no code fingerprint recorded" if code["code_not_recorded_units"] else "by today's code")
+    threads_text = (f"with {threads} threads as it was computed" if threads is not None else
+                    f"with {before} threads; the unit records no thread count, and results can differ with it by "
+                    f"more than the tolerance (reductions split over threads round differently)")
+    what = (f"unit {key!r} of {chapter} at {scale} scale, {source} (computed {then}), recomputed with today's code "
+            f"{threads_text} in {time.perf_counter() - started:.1f} s; tolerance rtol={rtol:g}, atol={atol:g}, "
+            f"timings left out")
+    return what, compare(recorded[key]["value"], fresh, rtol, atol)
+
+
+@contextlib.contextmanager
+def _outside_a_run() -> Iterator[int]:
+    """Recompute units without journalling them: ``GMP_RESULTS_STAGING`` unset, and torch's thread count
+    (given to the block) set back afterwards."""
+    saved = os.environ.pop(_results.STAGING_ENV, None)
+    before = torch.get_num_threads()
+    try:
+        yield before
+    finally:
+        torch.set_num_threads(before)
+        if saved is not None:
+            os.environ[_results.STAGING_ENV] = saved
+
+
+def _recompute(compute, threads: int | None) -> Any:
+    """``compute()`` as its journal entry would hold it (through JSON), with ``threads`` threads where recorded:
+    like with like, since sums split over threads round differently."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return json.loads(json.dumps(compute()))
+
+
+def largest_difference(cached: Any, fresh: Any, path: str = "value") -> tuple[float, float | None, str] | None:
+    """The largest absolute difference between the numbers of the JSON values ``cached`` and ``fresh`` (of
+    the same shape, as :func:`compare` finds them), with its size relative to the cached number (None where that
+    is 0) and where it is; None where no
+    number differs. Timings are left out as in :func:`compare`; NaN against NaN is no difference."""
+    pairs: list[tuple[float, float, str]] = []
+    if isinstance(cached, dict) and isinstance(fresh, dict):
+        for key in sorted(set(cached) & set(fresh), key=str):
+            if key not in TIMING_KEYS and not str(key).endswith("_s"):
+                found = largest_difference(cached[key], fresh[key], f"{path}[{key!r}]")
+                pairs += [found] if found else []
+    elif isinstance(cached, list) and isinstance(fresh, list) and len(cached) == len(fresh):
+        for i, (a, b) in enumerate(zip(cached, fresh)):
+            found = largest_difference(a, b, f"{path}[{i}]")
+            pairs += [found] if found else []
+    elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (cached, fresh)) and cached != fresh \
+            and not (math.isnan(cached) and math.isnan(fresh)):
+        gap = abs(fresh - cached)
+        pairs.append((gap, gap / abs(cached) if cached else None, path))
+    return max(pairs, key=lambda pair: pair[0], default=None)
+
+
+UNIT_ARM = re.compile(r"(seed)?\d+")
+"""A part of a unit's key (between ``-`` and ``/``) that names a seed or an index, not an arm."""
+
+
+def unit_arm(chapter: str, key: str) -> str:
+    """The arm of the unit ``key`` of ``chapter``: its experiment module's ``unit_arm(key)`` where it has one, else
+    the key without its parts that are numbers or ``seed<n>`` (``reverse-3-0`` and ``reverse-5-0`` are one arm,
+    ``fig7-sin-0`` and ``fig7-triangle-0`` two)."""
+    own = getattr(_config.experiment(chapter), "unit_arm", None)
+    if own is not None:
+        return own(key)
+    return "-".join(part for part in re.split(r"[-/]", key) if not UNIT_ARM.fullmatch(part)) or key
+
+
+def unit_tolerance(chapter: str, key: str) -> tuple[float, float]:
+    """``(rtol, atol)`` within which a recomputation of the unit ``key`` of ``chapter`` must equal its cached value
+    (see :func:`compare`): its experiment module's ``unit_tolerance(key)`` where it has one (a unit that is not
+    deterministic, such as one trained on a GPU), else ``(0, 0)``: bitwise, since a unit computed again on the
+    CPU with the same code, config, seed and threads gives the same bits."""
+    own = getattr(_config.experiment(chapter), "unit_tolerance", None)
+    rtol, atol = own(key) if own is not None else (0.0, 0.0)
+    if not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in (rtol, atol)):
+        raise ValueError(f"{chapter}.unit_tolerance({key!r}) gives rtol={rtol!r}, atol={atol!r}; a tolerance is a "
+                         f"finite number >= 0")
+    return float(rtol), float(atol)
+
+
+def sample_units(chapter: str, keys: list[str], size: int | None, seed: int) -> list[str]:
+    """The units of ``keys`` that ``--restamp`` recomputes: all of them when ``size`` is None or not smaller,
+    else ``size`` of them drawn with ``random.Random(seed)``: first one of each arm (:func:`unit_arm`), then
+    the rest from the others; in the order of ``keys``."""
+    if size is None or size >= len(keys):
+        return list(keys)
+    arms: dict[str, list[str]] = {}
+    for key in keys:
+        arms.setdefault(unit_arm(chapter, key), []).append(key)
+    if size < len(arms):
+        raise ValueError(f"a sample of {size} units cannot cover the {len(arms)} arms of {chapter} "
+                         f"({', '.join(arms)}); give --sample {len(arms)} or more")
+    draw = random.Random(seed)
+    chosen = {draw.choice(members) for members in arms.values()}
+    chosen |= set(draw.sample([key for key in keys if key not in chosen], size - len(chosen)))
+    return [key for key in keys if key in chosen]
+
+
+RESTAMPS = "restamps"
+"""The key of ``provenance.json`` under which :func:`restamp` records each re-stamp of a cache, oldest first."""
+
+
+class RestampRefused(RuntimeError):
+    """A recomputed unit differs from the cached one by more than its tolerance; the cache is left as it was."""
+
+
+def restamp(chapter: str, scale: str = "paper", sample: int | None = None, sample_seed: int = 0,
+            device: str = "auto", root: Path | None = None) -> dict[str, Any]:
+    """Re-stamp the ``scale`` cache of ``chapter`` with today's code by recomputing its units.
+
+    A refactor (code that computes the same function another way) need not cost a rerun: the units the cache
+    kept (``units.jsonl.gz``) are recomputed with today's code, with the run's config, seed and each unit's
+    thread count, all of them or a seeded ``sample`` that covers every arm (:func:`sample_units`), and each
+    is compared with its cached value within its own tolerance (:func:`unit_tolerance`: bitwise unless the
+    chapter says otherwise). When every one is equal, the evidence is appended to the cache's provenance
+    under :data:`RESTAMPS` (provenance.json is not among the hashed payload files): today's code fingerprint,
+    the date, commit, device, how many units of how many, which, the sample's seed, each tolerance and the
+    largest difference; the page then compares today's code with that fingerprint, not the run's
+    (:func:`gmp.results.cached`). The first unit that differs raises :class:`RestampRefused` naming it and
+    where it differs, and nothing is written. Returns the evidence.
+    """
+    units = units_of(chapter, "to recompute, so it cannot be re-stamped (rerun it instead)")
+    folder, provenance, entries = _cached_run(chapter, scale, "re-stamp")
+    if provenance.get("config_digest") != _config.load(chapter, scale).digest:
+        raise ValueError(f"the {scale}-scale cache of {chapter} is stale (its config differs from the chapter's "
+                         f"current one): a re-stamp says today's code computes what that run computed, which does "
+                         f"not make it current; rerun python -m gmp.runs {chapter} --scale {scale}")
+    cfg, seed = _config.Config(chapter, scale, provenance["config"]), provenance.get("seed") or 0
+    recorded = {entry["key"]: entry for entry in entries}
+    resolved = _config.resolve_device(device)
+    code = _results.code_fingerprint()
+    with _outside_a_run():
+        todo = units(cfg, _results.Store(chapter, cfg), seed, resolved)
+        unnamed = [key for key in recorded if key not in todo]
+        if unnamed:
+            raise ValueError(f"today's {chapter}.units does not name {len(unnamed)} of the cached units "
+                             f"({', '.join(unnamed[:5])}{', ...' if len(unnamed) > 5 else ''}), so they cannot be "
+                             f"recomputed; rerun the chapter")
+        keys = [key for key in todo if key in recorded]
+        chosen = sample_units(chapter, keys, sample, sample_seed)
+        tolerances, largest, started = {}, None, time.perf_counter()
+        for number, key in enumerate(chosen, start=1):
+            rtol, atol = tolerances[key] = unit_tolerance(chapter, key)
+            print(f"gmp.runs: re-stamp {chapter}: unit {number} of {len(chosen)}, {key!r}", file=sys.stderr)
+            fresh = _recompute(todo[key], recorded[key].get("threads"))
+            differences = compare(recorded[key]["value"], fresh, rtol, atol)
+            if differences:
+                raise RestampRefused(
+                    f"unit {key!r} of {chapter} recomputed with today's code differs from the cached one beyond its "
+                    f"tolerance (rtol={rtol:g}, atol={atol:g}) in {len(differences)} places, first "
+                    f"{'; '.join(differences[:3])}; the cache is not re-stamped (rerun python -m gmp.runs {chapter} "
+                    f"--scale {scale} to recompute it with today's code)")
+            found = largest_difference(recorded[key]["value"], fresh)
+            if found and (largest is None or found[0] > largest["absolute"]):
+                largest = {"unit": key, "path": found[2], "absolute": found[0], "relative": found[1]}
+    if edited := _results.code_edited():
+        raise RestampRefused(f"the files of {', '.join(edited)} changed during the re-stamp, so which code the units "
+                             f"were recomputed with is uncertain; nothing is recorded, re-stamp again")
+    evidence = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "code": code, "commit": git_commit(root or _results.repository_root() or Path.cwd()),
+        "gmp_version": gmp.__version__, "torch_version": torch.__version__, "device": describe_device(resolved),
+        "units": len(chosen), "of": len(keys), "keys": chosen,
+        "sample": None if len(chosen) == len(keys) else {"size": len(chosen), "seed": sample_seed},
+        "tolerance": tolerances, "largest_difference": largest,
+        "seconds": round(time.perf_counter() - started, 1),
+        "command": f"python -m gmp.runs {chapter} --scale {scale} --restamp --device {device}"
+                   + (f" --sample {sample} --sample-seed {sample_seed}" if len(chosen) < len(keys) else ""),
+    }
+    provenance[RESTAMPS] = [*(provenance.get(RESTAMPS) or []), evidence]
+    _results.atomic_write_json(folder / "provenance.json", provenance)
+    return evidence
+
+
+
+class SameFunctionRefused(RuntimeError):
+    """The tests named as the evidence that a module computes the same function did not all pass, or none ran;
+    nothing is recorded."""
+
+
+def vouch(module: str, why: str, tests: list[str], since: str | None = None,
+          root: Path | None = None) -> dict[str, Any]:
+    """Record that ``module`` of gmp (its path in the package, ``"runs.py"``) computes the same function as at
+    commit ``since``, with the pytest node ids ``tests`` as the evidence, in :data:`gmp.results.SAME_FUNCTION_FILE`.
+
+    ``since`` defaults to ``HEAD`` where the module's file differs from it (a rewrite not yet committed), else
+    to the parent of the last commit that changed the file. The tests run in a subprocess (``python -m pytest``) in the
+    repository ``root``; unless every one of them passes, and at least one was collected, a
+    :class:`SameFunctionRefused` names what failed (an unknown node id, a failing, erroring or skipped test)
+    and nothing is written. Then:
+
+    - every hash of the module that counted as its code at ``since``, that hash itself and each that a
+      record vouched for as that code, and that a cache (its run's, its re-stamps' or its kept units'
+      fingerprints) or a journal under ``book/_results`` records, gets a record from it to today's code;
+    - a record whose ``after`` named the module at ``since`` is renewed in place (its ``why`` extended), not
+      duplicated;
+    - ``after`` is today's hash of the module and of each module it now imports, directly or through others,
+      that the fingerprints which recorded it as ``before`` lack (a module added for it; for a renewed record
+      that none records, those that recorded it as at ``since``, else the package at ``since``), not those of
+      :data:`gmp.results.RENDERING`;
+    - ``why`` is the given text and the evidence: the date, the commit, ``since``, and the tests that passed.
+
+    Returns what was done: the records ``written`` (new or renewed), ``since``, how many tests ``passed``,
+    and ``lapsing``: other records whose ``after`` names the module as it was, which today's code lapses
+    (renew them for their own modules). A ValueError says what is wrong with the arguments.
+    """
+    package, root = _fingerprint.PACKAGE, root or _results.repository_root()
+    if root is None:
+        raise ValueError("run --same-function from inside the book's repository (the folder with _toc.yml)")
+    path = package / module
+    if not (module.endswith(".py") and path.is_file()):
+        raise ValueError(f"{module!r} is not a module of gmp: name it by its path in the package, as a code "
+                         f"fingerprint does (runs.py, results/fingerprint.py)")
+    if not why.strip():
+        raise ValueError("--why says what changed and why the function did not; it is empty")
+    if not tests:
+        raise ValueError("--tests names at least one pytest node id that shows the function unchanged")
+    try:
+        prefix = package.resolve().relative_to(root.resolve())  # gmp's folder in the repository, as git names it
+    except ValueError:
+        raise ValueError(f"the imported gmp ({package}) is not the one in the repository {root}: run "
+                         f"--same-function with the repository's gmp on the path (PYTHONPATH=$PWD)") from None
+    source = (prefix / module).as_posix()
+    since = _git(root, "rev-parse", "--verify", "-q", f"{since or _since(root, source)}^{{commit}}",
+                 what=f"the commit {since}").decode().strip()
+    then = _git(root, "show", f"{since}:{source}", what=f"{source} at {since}")
+    earlier = _fingerprint._syntax_digest(then)
+    today = _fingerprint.read_module_hashes(_results.CODE_HASH, package)
+    if earlier == today[module]:
+        raise ValueError(f"gmp/{module} at {since} hashes as today ({earlier}): its code did not change, so there "
+                         f"is nothing to vouch for (give --since the commit before the rewrite)")
+    records = list(_fingerprint.read_same_function(_fingerprint.SAME_FUNCTION_FILE))
+    vouched = {earlier} | {r.before for r in records if r.module == module and r.after.get(module) == earlier}
+    recorded = [modules for modules in _recorded_fingerprints() if modules.get(module) in vouched]
+    renewing = [r for r in records if r.module == module and r.before in vouched and r.after.get(module) == earlier]
+    held = {r.before for r in records if r.module == module and all(today.get(m) == h for m, h in r.after.items())}
+    fresh = sorted({modules[module] for modules in recorded} - {r.before for r in renewing} - held)
+    if not (fresh or renewing):
+        raise ValueError(f"no cache or journal under book/_results records gmp/{module} as it was at {since} "
+                         f"({earlier}) without a record that already vouches for it, and no record vouches for "
+                         f"that code: nothing to vouch for")
+    passed = _run_tests(tests, root)
+    if _fingerprint.read_module_hashes(_results.CODE_HASH, package) != today:
+        raise SameFunctionRefused(f"gmp's files changed while the tests ran, so which code they tested is "
+                                  f"uncertain; nothing is recorded, run --same-function again")
+    at_since = _git(root, "ls-tree", "-r", "--name-only", since, "--", prefix.as_posix(),
+                    what=f"the files of gmp at {since}").decode().splitlines()
+
+    def after(before: str) -> dict[str, str]:
+        """Today's hash of the module and of those it now imports that the fingerprints recording it as
+        ``before`` lack (else those recording it as at ``since``; else the package at ``since``)."""
+        against = ([m for m in recorded if m.get(module) == before] or [m for m in recorded if m.get(module) == earlier]
+                   or [{Path(name).relative_to(prefix).as_posix(): "" for name in at_since}])
+        return {module: today[module], **{m: today[m] for m in _added_imports(path, package, against)}}
+
+    commit = git_commit(root)
+    evidence = (f"vouched on {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by python -m "
+                f"gmp.runs --same-function at commit {commit[:12]}"
+                f"{' with uncommitted changes' if commit.endswith('+dirty') else ''}, against the module at "
+                f"{since[:12]}: the {passed} tests of {', '.join(tests)} passed")
+    written = []
+    for number, record in enumerate(records):
+        if record in renewing:
+            records[number] = written_record = record._replace(
+                after=after(record.before), why=f"{record.why}; renewed: {why.strip()} ({evidence})")
+            written.append(written_record)
+    for before in fresh:
+        records.append(_fingerprint.SameFunction(module, before, after(before), f"{why.strip()} ({evidence})"))
+        written.append(records[-1])
+    text = json.dumps([record._asdict() for record in records], indent=2, ensure_ascii=False) + "\n"
+    _results.atomic_write_bytes(_fingerprint.SAME_FUNCTION_FILE, text.encode("utf-8"))
+    lapsing = [r for r in records if r.module != module and r.after.get(module) not in (None, today[module])]
+    return {"written": written, "since": since, "passed": passed, "lapsing": lapsing}
+
+
+def _git(root: Path, *args: str, what: str) -> bytes:
+    """The output of ``git args`` in ``root``; a ValueError naming ``what`` was sought where git fails."""
+    try:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        detail = err.stderr.decode(errors="replace").strip() if isinstance(err, subprocess.CalledProcessError) else err
+        raise ValueError(f"git cannot give {what} ({detail})") from None
+
+
+def _since(root: Path, source: str) -> str:
+    """The commit whose ``source`` a rewrite in the working tree or in the last commit that changed it
+    started from: ``HEAD`` where the file differs from it, else the parent of that last commit."""
+    if _git(root, "status", "--porcelain", "--", source, what=f"the status of {source}").strip():
+        return _git(root, "rev-parse", "HEAD", what="HEAD").decode().strip()
+    last = _git(root, "log", "-n", "1", "--format=%H", "--", source, what=f"the last commit of {source}").decode()
+    if not last.strip():
+        raise ValueError(f"{source} has no commit: there is no earlier code to vouch for")
+    try:
+        return _git(root, "rev-parse", "--verify", "-q", f"{last.strip()}^", what="").decode().strip()
+    except ValueError:
+        raise ValueError(f"{source} has not changed since its first commit, {last.strip()[:12]}: there is no earlier "
+                         f"code to vouch for") from None
+
+
+def _recorded_fingerprints() -> list[Mapping[str, str]]:
+    """The per-module hashes of every code fingerprint, hashed as :data:`gmp.results.CODE_HASH`, that a cache
+    (its run's, its re-stamps' and its kept units') or a journal under the results root records; files that
+    cannot be read are left out (the page of a damaged cache says so)."""
+    root, found = _results.results_root(), []
+    if root is None or not root.is_dir():
+        return []
+
+    def add(entry: Any) -> None:
+        if (isinstance(entry, dict) and isinstance(entry.get("modules"), dict)
+                and entry.get("hash", "source") == _results.CODE_HASH):
+            found.append(entry["modules"])
+
+    for provenance in sorted(root.glob("*/*/provenance.json")):
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(provenance.read_bytes())
+            add(record.get("code"))
+            for restamped in record.get(RESTAMPS) or []:
+                add(restamped.get("code") if isinstance(restamped, dict) else None)
+            units = provenance.parent / UNITS_FILE
+            if units.is_file():
+                for entry in _cached_units(units, units.read_bytes(), "unreadable"):
+                    add(entry)
+    for journal in sorted(root.glob("*/_partial/*.jsonl")):
+        for entry in _results.journal_entries(journal):
+            add(entry)
+    return found
+
+
+def _added_imports(path: Path, package: Path, recorded: list[Mapping[str, str]]) -> list[str]:
+    """The modules of ``package`` that the module at ``path`` imports, directly or through others that are also
+    added, which one of the ``recorded`` fingerprints lacks, leaving out :data:`gmp.results.RENDERING`.
+
+    A module of a package that took the place of a module the fingerprint records (``results/store.py`` where
+    it records ``results.py``) is not added: the removed module already counts as changed for it
+    (:func:`gmp.results.changed_modules`), so the record need not lapse with each module of the package."""
+    added, todo = set(), [path]
+    while todo:
+        for found in _fingerprint._imported(todo.pop(), package):
+            name = found.relative_to(package).as_posix()
+            if name in added or name in _fingerprint.RENDERING or all(
+                    name in modules or f"{name.split('/')[0]}.py" in modules for modules in recorded):
+                continue
+            added.add(name)
+            todo.append(found)
+    return sorted(added)
+
+
+def _run_tests(tests: list[str], root: Path) -> int:
+    """Run the pytest node ids ``tests`` in a subprocess in ``root`` and return how many tests passed; a
+    :class:`SameFunctionRefused` naming the failure unless every one collected passed and at least one was."""
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "report.xml"
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                               *tests], cwd=root, capture_output=True, text=True)
+        cases = ElementTree.parse(report).getroot().iter("testcase") if report.is_file() else []
+        outcomes = {f"{case.get('classname')}::{case.get('name')}":
+                    next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+                    for case in cases}
+    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+    bad = {name: outcome for name, outcome in outcomes.items() if outcome != "passed"}
+    if done.returncode != 0 or bad or not outcomes:
+        named = "; ".join(f"{name} {outcome}" for name, outcome in bad.items()) or (
+            "no test was collected" if not outcomes else f"pytest exited with {done.returncode}")
+        raise SameFunctionRefused(f"the tests named as evidence did not all pass ({named}); nothing is recorded. "
+                                  f"pytest said:\n{tail}")
+    return len(outcomes)
