@@ -23,6 +23,7 @@ and this command line only hands them their arguments.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import datetime as _dt
 import gzip
@@ -357,6 +358,7 @@ def _cache(chapter, scale, device, seed, root, jobs, cfg, resolved, results_dir,
         "resumed_seconds": round(sum(e.get("seconds", 0.0) for e in resumed), 1),
         "resumed_code": _results.resumed_code(resumed, chapter),
         "carried_units": _results.carried_units(resumed),
+        "units_device": dict(collections.Counter(e["device"] for e in resumed if isinstance(e.get("device"), str))),
         "code": code, "code_of": "the notebook" if notebook_run else "the runner (the notebook opened no Store)",
         "code_edited": sorted(edited), "units_code": _results.code_against(units, code, chapter),
         "threads": {"notebook": notebook_run.get("threads") if notebook_run else None,

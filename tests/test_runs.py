@@ -111,11 +111,15 @@ def test_a_resumed_run_reports_the_work_of_earlier_attempts(book):
     digest = config.load("fake_chapter", "smoke").digest
     journal = book / "book" / "_results" / "fake_chapter" / "_partial" / f"smoke-{digest}.jsonl"
     journal.parent.mkdir(parents=True)
-    journal.write_text('{"key": "a", "value": 1, "seconds": 60.0}\n{"key": "b", "value": 2, "seconds": 30.5}\n{"key": "c"')
+    journal.write_text('{"key": "a", "value": 1, "seconds": 60.0}\n'
+                       '{"key": "b", "value": 2, "seconds": 30.5, "device": "cuda (NVIDIA H100 80GB HBM3)"}\n{"key": "c"')
     final = runs.run("fake_chapter", "smoke", device="cpu", root=book)
     provenance = json.loads((final / "provenance.json").read_text())
     assert (provenance["resumed_units"], provenance["resumed_seconds"]) == (2, 90.5)
-    assert "after resuming 2 units" in results.cached("fake_chapter", "summary", "smoke").describe()
+    assert provenance["units_device"] == {"cuda (NVIDIA H100 80GB HBM3)": 1}  # a unit a GPU lease returned (merge)
+    text = results.cached("fake_chapter", "summary", "smoke").describe()
+    assert "after resuming 2 units" in text
+    assert "1 of its units were computed on cuda (NVIDIA H100 80GB HBM3) by the GPU command" in text
     assert not journal.parent.exists()
 
 

@@ -109,6 +109,9 @@ class Cached:
             when += (f"; {c.get('units')} of its units were carried over from {source}, not recomputed "
                      f"({c.get('why')}" + (f"; {unknown} of them by code whose fingerprint that run did not record"
                                           if unknown else "") + ")")
+        for where, n in (p.get("units_device") or {}).items():
+            when += (f"; {n} of its units were computed on {where} by the GPU command (`python -m gmp.gpu`) and "
+                     f"merged into the run's journal, not on the device above")
         threads = p.get("threads") if isinstance(p.get("threads"), dict) else {}
         if threads.get("notebook") or threads.get("workers"):
             when += ", " + " and ".join(f"{n} thread{'s' * (n != 1)} {who}" for who, n in (("in the notebook", threads.get("notebook")),
@@ -168,7 +171,7 @@ class Cached:
 
 
 def restamp_text(evidence: Mapping[str, Any]) -> str:
-    """One sentence on a re-stamp's ``evidence`` (as ``gmp.runs.restamp`` records it): when, how many units of
+    """One sentence on a re-stamp's ``evidence`` (as :func:`gmp.verification.restamp` records it): when, how many units of
     how many, which, within what tolerance, and the largest difference."""
     keys = list(evidence.get("keys", []))
     which = ", ".join(keys) if len(keys) <= 6 else f"{', '.join(keys[:6])} and {len(keys) - 6} more"
