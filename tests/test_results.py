@@ -498,9 +498,12 @@ def test_a_module_rewritten_with_the_same_function_is_named_not_counted_as_chang
     assert results.code_against([{**unit, "modules": {**today, module: "1" * 16}}], notebook) == {
         "other_code_units": 1, "code_not_recorded_units": 0, "changed_modules": [module]}
     results.atomic_write_json(folder / "provenance.json", {**provenance, "code": code})
-    text = results.cached("fake_chapter", "summary").describe()
-    assert f"gmp/{module} has been rewritten since in how it computes, not what it computes: tested equal." in text
-    assert "CODE CHANGED" not in text
+    entry = results.cached("fake_chapter", "summary")
+    text = entry.describe()
+    assert f"gmp/{module} has been rewritten since in how it computes, not what it computes: tests vouch for it" in text
+    assert "CODE CHANGED" not in text and "tested equal" not in text  # the record's account is in the note's details
+    assert (f"<details><summary>How each module was rewritten since, and the tests that vouch for it</summary><ul><li>"
+            f"<code>gmp/{module}</code>: tested equal</li></ul></details>") in entry.note().data
 
 
 def test_every_same_function_record_names_todays_code():

@@ -144,9 +144,13 @@ class Cached:
         else:
             checks += (f" The code of the {scope} has not changed since "
                        f"{'this run finished' if self.restamp is None else 'it was re-verified'}.")
-        for same in self.code_same:
-            checks += (f" gmp/{same.module} has been rewritten since in how it computes, not what it computes: "
-                       f"{same.why}.")
+        if self.code_same:
+            names = [f"gmp/{same.module}" for same in self.code_same]
+            one = len(names) == 1
+            checks += (f" {names[0] if one else ', '.join(names[:-1]) + ' and ' + names[-1]} "
+                       f"{'has' if one else 'have'} been rewritten since in how {'it computes' if one else 'they compute'},"
+                       f" not what {'it computes' if one else 'they compute'}: tests vouch for {'it' if one else 'each'}"
+                       f" (gmp/same_function.json records what changed and which tests passed).")
         if self.status == "stale":
             return (f"STALE: the {self.scale}-scale results cached {when} were computed with a config "
                     f"(digest {p.get('config_digest')}) that differs from the chapter's current one; "
@@ -166,8 +170,13 @@ class Cached:
             title += " (code refactored since, re-verified)"
         if self.scale != "paper":
             title = title.replace("paper-scale", f"{self.scale}-scale").replace("paper scale", f"{self.scale} scale")
+        rewrites = "".join(f"<li><code>gmp/{html.escape(same.module)}</code>: {html.escape(same.why)}</li>"
+                           for same in self.code_same)
+        if rewrites:
+            rewrites = (f"<details><summary>How each module was rewritten since, and the tests that vouch for it"
+                        f"</summary><ul>{rewrites}</ul></details>")
         return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{html.escape(title)}</p>'
-                    f"<p>{_inline_code(html.escape(self.describe()))}</p></div>")
+                    f"<p>{_inline_code(html.escape(self.describe()))}</p>{rewrites}</div>")
 
 
 def restamp_text(evidence: Mapping[str, Any]) -> str:
