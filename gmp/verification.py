@@ -539,13 +539,19 @@ def _added_imports(path: Path, package: Path, recorded: list[Mapping[str, str]])
     return sorted(added)
 
 
+RECORDS_CHECK = "tests/test_results.py::test_every_same_function_record_names_todays_code"
+"""The test that every record of :data:`gmp.results.SAME_FUNCTION` names today's code. It fails by design while a
+record has lapsed, which is when ``--same-function`` runs to renew it, so it is never part of the evidence."""
+
+
 def _run_tests(tests: list[str], root: Path) -> int:
-    """Run the pytest node ids ``tests`` in a subprocess in ``root`` and return how many tests passed; a
-    :class:`SameFunctionRefused` naming the failure unless every one collected passed and at least one was."""
+    """Run the pytest node ids ``tests`` (less :data:`RECORDS_CHECK`) in a subprocess in ``root`` and return how many
+    tests passed; a :class:`SameFunctionRefused` naming the failure unless every one collected passed and at least
+    one was."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.xml"
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                               *tests], cwd=root, capture_output=True, text=True)
+                               f"--deselect={RECORDS_CHECK}", *tests], cwd=root, capture_output=True, text=True)
         cases = ElementTree.parse(report).getroot().iter("testcase") if report.is_file() else []
         outcomes = {f"{case.get('classname')}::{case.get('name')}":
                     next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")

@@ -818,6 +818,18 @@ def test_same_function_refuses_and_writes_nothing_unless_every_named_test_passes
         assert "not found" in err  # pytest's own words for an unknown node id
 
 
+def test_same_function_leaves_out_the_check_that_records_name_todays_code_which_fails_until_it_renews_one(vouching):
+    # Before: naming tests/test_results.py as evidence refused every renewal, since that check fails by design.
+    repo, package, ran = vouching
+    (repo / "tests" / "test_results.py").write_text("def test_every_same_function_record_names_todays_code():\n"
+                                                   "    assert False\n\n\ndef test_other():\n    pass\n")
+    (package / "a.py").write_text("def f(x):\n    return 1 + x\n")
+    assert runs.main(["--same-function", "a.py", "--why", "f adds the other way round", "--tests",
+                      "tests/test_results.py"]) == 0
+    [record] = results.read_same_function(package / "same_function.json")
+    assert "the 1 tests of tests/test_results.py passed" in record.why
+
+
 def test_same_function_refuses_a_module_that_did_not_change_or_that_no_cache_recorded(vouching, capsys):
     repo, package, ran = vouching
     with pytest.raises(SystemExit):
