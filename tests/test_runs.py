@@ -118,8 +118,8 @@ def test_a_resumed_run_reports_the_work_of_earlier_attempts(book):
     assert (provenance["resumed_units"], provenance["resumed_seconds"]) == (2, 90.5)
     assert provenance["units_device"] == {"cuda (NVIDIA H100 80GB HBM3)": 1}  # a unit a GPU lease returned (merge)
     text = results.cached("fake_chapter", "summary", "smoke").describe()
-    assert "after resuming 2 units" in text
-    assert "1 of its units were computed on cuda (NVIDIA H100 80GB HBM3) by the GPU command" in text
+    assert "after resuming 2 units journalled before it (" in text
+    assert "; 1 of them were computed on cuda (NVIDIA H100 80GB HBM3) by the GPU command" in text
     assert not journal.parent.exists()
 
 

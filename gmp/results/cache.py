@@ -100,18 +100,20 @@ class Cached:
                f"wall time {_duration(p.get('wall_time_s'))}"
         carried = p.get("carried_units") if isinstance(p.get("carried_units"), dict) else {}
         n_carried = sum(c.get("units", 0) for c in carried.values())
+        devices = p.get("units_device") or {}
         if p.get("resumed_units", 0) > n_carried:
-            when += (f" after resuming {p['resumed_units'] - n_carried} units journalled by earlier, interrupted "
-                     f"attempts ({_duration(p.get('resumed_seconds'))} of computing"
+            when += (f" after resuming {p['resumed_units'] - n_carried} units journalled "
+                     f"{'before it' if devices else 'by earlier, interrupted attempts'} "
+                     f"({_duration(p.get('resumed_seconds'))} of computing"
                      f"{_units_code_text(p.get('resumed_code', {}), uses, 'the run')})")
+        for where, n in devices.items():
+            when += (f"; {n} of them were computed on {where} by the GPU command (`python -m gmp.gpu`) and merged, "
+                     f"not on the device above")
         for source, c in carried.items():
             unknown = c.get("units", 0) - c.get("code_recorded", 0)
             when += (f"; {c.get('units')} of its units were carried over from {source}, not recomputed "
                      f"({c.get('why')}" + (f"; {unknown} of them by code whose fingerprint that run did not record"
                                           if unknown else "") + ")")
-        for where, n in (p.get("units_device") or {}).items():
-            when += (f"; {n} of its units were computed on {where} by the GPU command (`python -m gmp.gpu`) and "
-                     f"merged into the run's journal, not on the device above")
         threads = p.get("threads") if isinstance(p.get("threads"), dict) else {}
         if threads.get("notebook") or threads.get("workers"):
             when += ", " + " and ".join(f"{n} thread{'s' * (n != 1)} {who}" for who, n in (("in the notebook", threads.get("notebook")),
