@@ -112,3 +112,15 @@ def test_the_captured_stacked_queue_trains_each_fit_as_it_trains_alone_on_the_gp
                 assert len(a.train_mse) == len(b.train_mse)
                 np.testing.assert_allclose(a.train_mse, b.train_mse, rtol=1e-4)
                 np.testing.assert_allclose(a.epoch_loss, b.epoch_loss, rtol=1e-4)
+
+
+def test_a_held_out_render_runs_on_the_models_device():
+    # Before: the grid stayed on the CPU and the first GPU lease's smoke run of sbsnn_author failed in torch.bmm.
+    from gmp.data.images import coordinate_grid
+    from gmp.experiments.sbsnn_author import runs
+
+    cfg = gmp.load_config("sbsnn_author", "smoke")
+    model = torch.nn.Linear(2, 1)
+    grid = coordinate_grid(cfg.render_side, indexing="xy")
+    on_cpu = np.array(runs.render_crop(model, grid, cfg))
+    np.testing.assert_allclose(np.array(runs.render_crop(model.cuda(), grid, cfg)), on_cpu, atol=1e-4)

@@ -321,3 +321,9 @@ def test_a_full_batch_unit_cut_short_comes_back_and_resumes_to_the_same_fit(tmp_
         return {k: v for k, v in entry["value"].items() if k != "seconds"}
 
     assert fit("resumed") == fit("whole") and len(fit("whole")["mse"]) == 210
+
+
+def test_a_chapter_without_claims_whose_current_cache_keeps_its_units_misses_none():
+    # Before: missing_units read the cache through the chapter's first claim, and sbsnn_gap has none: on the first
+    # GPU lease (2026-11-28) its units job failed with an IndexError. The repository's paper cache keeps all 7 units.
+    assert gpu.missing_units("sbsnn_gap", "paper") == []

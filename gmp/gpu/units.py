@@ -62,6 +62,17 @@ def unit_keys(chapter: str, cfg: Any, seed: int = 0) -> list[str]:
     return list(_with_staging(None, lambda: experiment.units(cfg, results.Store(chapter, cfg), seed, "cpu")))
 
 
+def _current(chapter: str, scale: str, folder: Path) -> bool:
+    """Whether the ``scale`` cache of ``chapter`` in ``folder`` is current, read through the result its first claim
+    judges, or for a chapter without claims (``sbsnn_gap``) through the first of the cache's JSON payloads."""
+    from gmp import results
+
+    claims = results._claims_of(chapter)
+    name = claims[0].result if claims else next(
+        (path.stem for path in sorted(folder.glob("*.json")) if path.name != "provenance.json"), None)
+    return name is not None and results.cached(chapter, name, scale).current
+
+
 def missing_units(chapter: str, scale: str, seed: int = 0) -> list[str]:
     """The keys of ``chapter``'s units at ``scale`` (:func:`unit_keys` under :func:`unit_config`, in order)
     that none of the repository's journals of that config and of today's config, nor the chapter's current
@@ -76,8 +87,7 @@ def missing_units(chapter: str, scale: str, seed: int = 0) -> list[str]:
             for key in results.journal_units(results.journal_path(chapter, scale, digest))}
     root = results.results_root()
     cache = root / chapter / scale / "units.jsonl.gz" if root else None
-    if cache is not None and cache.is_file() and results.cached(chapter, results._claims_of(chapter)[0].result,
-                                                                  scale).current:
+    if cache is not None and cache.is_file() and _current(chapter, scale, cache.parent):
         have |= {json.loads(line)["key"] for line in gzip.decompress(cache.read_bytes()).decode().splitlines() if line}
     return [key for key in unit_keys(chapter, cfg, seed) if key not in have]
 

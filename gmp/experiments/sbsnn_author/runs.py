@@ -237,8 +237,10 @@ def reverse_unit(cfg, arm: int, seed: int, store, device) -> Callable[[], dict[s
 
 @torch.no_grad()
 def render_crop(model: torch.nn.Module, fine_inputs: torch.Tensor, cfg) -> list[list[float]]:
-    """The central ``render_crop`` square of ``model``'s image on the finer ``render_side`` grid."""
+    """The central ``render_crop`` square of ``model``'s image on the finer ``render_side`` grid (the inputs are
+    moved to the model's device)."""
     side, crop = cfg.render_side, cfg.render_crop
+    fine_inputs = fine_inputs.to(next(model.parameters()).device)
     values = torch.cat([model(chunk[None])[0] for chunk in fine_inputs.split(8192)]).reshape(side, side)
     lo = (side - crop) // 2
     return values[lo:lo + crop, lo:lo + crop].cpu().double().numpy().round(5).tolist()
