@@ -1,0 +1,153 @@
+"""The lease's measurement of the stacked step (``OUT/measure.json``), within a time budget, before
+``lu_real``'s group trains: what bounds the step on this card, measured rather than assumed.
+
+1. ``kernel_us``: the time per kernel of a replayed CUDA graph of 2,000 small kernels (the cost of a
+   launch inside a graph, which bounds a step of many small kernels).
+2. ``bmm``: the float32 ``bmm`` at the step's exact shapes (forward ``x V^T``, input gradient ``A V``,
+   weight gradient ``A^T X``; batch, width and depth of the run) for 1, 12 and 24 networks: milliseconds
+   per product and GFLOP/s, so that the step's floor on this card is known.
+3. ``steps``: the stacked step for 12 and 24 networks in each mode that runs, milliseconds per step,
+   with the kernels a profiler saw in one uncaptured step (names and counts).
+4. ``difference``: the stacked kernels' float32 difference from the torch reference after 20 steps of
+   12 networks from the same weights and batches (losses and weights, largest relative difference).
+
+Each item is skipped, and says so, once the budget is spent; a failure is kept whole.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+
+def _events_ms(fn: Callable[[], Any], repeats: int, device: str) -> float:
+    """Median milliseconds of ``fn`` over ``repeats`` runs, timed by CUDA events after two warm-ups."""
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(repeats):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        times.append(begin.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def kernel_microseconds(device: str, kernels: int = 2000) -> float:
+    """Microseconds per kernel of a replayed CUDA graph of ``kernels`` in-place additions to 256 floats."""
+    x = torch.zeros(256, device=device)
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        x.add_(1.0)
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(kernels):
+            x.add_(1.0)
+    return 1e3 * _events_ms(graph.replay, 10, device) / kernels
+
+
+def bmm_rates(device: str, batch: int, width: int, counts: Sequence[int] = (1, 12, 24)) -> list[dict[str, Any]]:
+    """The three products of a square layer for each number of networks in ``counts`` (float32, TF32 as set)."""
+    rows = []
+    g = torch.Generator(device=device).manual_seed(0)
+    for n in counts:
+        x = torch.randn(n, batch, width, device=device, generator=g)
+        V = torch.randn(n, width, width, device=device, generator=g)
+        A = torch.randn(n, batch, width, device=device, generator=g)
+        out = torch.empty(n, width, width, device=device)
+        products = {"forward x V^T": lambda: torch.bmm(x, V.transpose(-1, -2)),
+                    "input gradient A V": lambda: torch.bmm(A, V),
+                    "weight gradient A^T X": lambda: torch.bmm(A.transpose(-1, -2), x, out=out)}
+        flops = 2 * n * batch * width * width
+        for what, fn in products.items():
+            ms = _events_ms(fn, 20, device)
+            rows.append({"networks": n, "product": what, "ms": ms, "gflops": flops / ms / 1e6})
+        del x, V, A, out
+    return rows
+
+
+def _kernel_names(training: Any, x: torch.Tensor, y: torch.Tensor) -> dict[str, int]:
+    """The CUDA kernels a profiler sees in one uncaptured step of ``training``, by name, with counts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        training._train_step(x, y)
+        torch.cuda.synchronize(training.device)
+    counts: dict[str, int] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            counts[event.name] = counts.get(event.name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+def measure(networks: Sequence[Any], labels: Sequence[str], cfg: Any, device: str, x: torch.Tensor, y: torch.Tensor,
+            budget: float) -> dict[str, Any]:
+    """The measurement of the module, for ``networks`` (built as ``labels``, up to 24) on ``device``
+    with the mini-batch ``(x, y)``, within ``budget`` seconds."""
+    from gmp.experiments import lu_real
+
+    from .lu_real import mode_options
+
+    end = time.monotonic() + budget
+    report: dict[str, Any] = {"budget_seconds": budget, "depth": int(cfg["depth"]), "width": int(cfg["width"]),
+                              "batch": int(cfg["batch_size"]), "skipped": [], "failed": {}}
+    width, batch = int(cfg["width"]), int(cfg["batch_size"])
+    x, y = x[:batch].to(device), y[:batch].to(device)
+
+    def item(name: str, fn: Callable[[], Any], seconds: float) -> None:
+        if time.monotonic() + seconds > end:
+            report["skipped"].append(f"{name}: the budget's {end - time.monotonic():.0f} s left are less than the "
+                                     f"{seconds:.0f} s it takes")
+            return
+        try:
+            started = time.monotonic()
+            report[name] = fn()
+            report.setdefault("seconds", {})[name] = round(time.monotonic() - started, 2)
+        except Exception:
+            report["failed"][name] = traceback.format_exc()
+        finally:
+            torch.cuda.empty_cache()
+
+    def step(count: int, mode: str) -> dict[str, Any]:
+        training = lu_real.StackedTraining(list(labels[:count]), x.shape[1], cfg, device,
+                                           networks=list(networks[:count]), **mode_options(mode))
+        ms = 1e3 * training.seconds_per_step(x, y, 20 if "stacked" in mode else 3)
+        kernels = _kernel_names(training, x, y)
+        return {"networks": count, "mode": mode, "ms_per_step": ms, "kernels_per_step": sum(kernels.values()),
+                "kernels_by_name": kernels}
+
+    def difference() -> dict[str, Any]:
+        runs = []
+        for kernels in (True, False):
+            training = lu_real.StackedTraining(list(labels[:12]), x.shape[1], cfg, device, graph=False,
+                                               networks=list(networks[:12]), kernels=kernels)
+            training.allocate(20)
+            losses = torch.stack([training._train_step(x, y)[0] for _ in range(20)])
+            runs.append((losses, [V.detach().clone() for V in training.model.V]))
+            del training
+        (loss_k, V_k), (loss_r, V_r) = runs
+        return {"steps": 20, "networks": 12,
+                "loss_relative": float(((loss_k - loss_r).abs() / loss_r.abs()).max()),
+                "weights_relative": max(float((a - b).norm() / b.norm()) for a, b in zip(V_k, V_r))}
+
+    item("kernel_us", lambda: kernel_microseconds(device), 2)
+    item("bmm", lambda: bmm_rates(device, batch, width), 4)
+    report["steps"] = []
+    for count, mode, seconds in ((12, "CUDA graph, stacked kernels", 8), (24, "CUDA graph, stacked kernels", 14),
+                                 (12, "torch reference", 10)):
+        if count > len(networks):
+            continue
+        name = f"step: {count} networks, {mode}"
+        item(name, lambda: step(count, mode), seconds)
+        if name in report:
+            report["steps"].append(report.pop(name))
+    item("difference", difference, 12)
+    return report
