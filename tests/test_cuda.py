@@ -37,7 +37,24 @@ def test_the_captured_step_trains_as_the_eager_step_does_on_the_gpu():
             assert x["steps"] == y["steps"] and x["ratio_steps"] == y["ratio_steps"]
             np.testing.assert_allclose(x["ratio"], y["ratio"], rtol=1e-3)
             assert x["device"].startswith("cuda (") and x["precision"] == "float32, TF32 off"
-    assert graph.mode == "CUDA graph" and eager.mode == "eager"
+    assert graph.mode == "CUDA graph, stacked kernels" and eager.mode == "eager, stacked kernels"
+
+
+def test_the_stacked_kernels_equal_the_torch_reference_on_the_gpu():
+    """The Triton kernels on the GPU give the torch reference's step (float32, one step of four networks
+    with and without BN, every parameter)."""
+    cfg = _cfg()
+    labels = ["ReLU", "ELU-GPN", "SELU-BN", "GELU-GPN-BN"]
+    g = torch.Generator().manual_seed(1)
+    xb, yb = torch.randn(16, 5, generator=g).cuda(), torch.randint(0, 3, (16,), generator=g).cuda()
+    runs = []
+    for kernels in (True, False):
+        training = lu_real.StackedTraining(labels, 5, cfg, "cuda", graph=False, kernels=kernels)
+        training.allocate(1)
+        runs.append((training._train_step(xb, yb)[0], [p.detach().clone() for p in training.model.parameters()]))
+    torch.testing.assert_close(runs[0][0], runs[1][0], rtol=1e-5, atol=0)
+    for a, b in zip(runs[0][1], runs[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_the_gpu_gives_the_cpus_numbers_within_float32_rounding():

@@ -13,9 +13,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .stacked_ops import KINDS, SELU_ALPHA, SELU_SCALE
+from . import stacked_ops
 
-assert KINDS == ["tanh", "relu", "leaky_relu", "elu", "selu", "gelu"], "the kernels' kind numbers changed"
+assert stacked_ops.KINDS == ["tanh", "relu", "leaky_relu", "elu", "selu", "gelu"], "the kernels' kind numbers changed"
+
+SELU_ALPHA: tl.constexpr = tl.constexpr(stacked_ops.SELU_ALPHA)
+SELU_SCALE: tl.constexpr = tl.constexpr(stacked_ops.SELU_SCALE)
 
 ROWS = 64
 """Batch rows a program of the activation kernels holds at once (it loops over more)."""
