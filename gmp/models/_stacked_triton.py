@@ -6,6 +6,9 @@ in Triton's interpreter, ``TRITON_INTERPRET=1``, against the torch reference:
 ``tests/test_stacked_ops.py``). The element-wise formulas are those of
 :func:`gmp.models.stacked_ops.phi_reference` and :func:`~gmp.models.stacked_ops.phi_derivative_reference`;
 a NaN input stays NaN (as ``torch.relu``'s does), so that a diverged network shows in its loss.
+Divisions and square roots are rounded as IEEE's (``div_rn``, ``sqrt_rn``, not the approximate
+instructions Triton emits for ``/`` and ``sqrt``), and ``tanh`` and ``exp(z) - 1`` near 0 take their
+series, so that the kernels differ from torch's float32 by rounding, not by a formula's cancellation.
 """
 
 from __future__ import annotations
@@ -27,27 +30,69 @@ COLUMNS = 32
 
 
 @triton.jit
-def _phi(z, kind):
+def _div(a, b):
+    """``a / b`` rounded as IEEE's in float32 (``div_rn``; Triton's ``/`` is approximate there)."""
+    if a.dtype == tl.float32:
+        q = tl.div_rn(a, b)
+    else:
+        q = a / b
+    return q
+
+
+@triton.jit
+def _rsqrt(a):
+    """``1 / sqrt(a)`` rounded as IEEE's in float32 (``sqrt_rn``, ``div_rn``)."""
+    if a.dtype == tl.float32:
+        r = tl.div_rn(1.0 + 0.0 * a, tl.sqrt_rn(a))
+    else:
+        r = 1.0 / tl.sqrt(a)
+    return r
+
+
+@triton.jit
+def _tanh(z):
+    """``tanh(z)``: ``(1 - e) / (1 + e)`` with ``e = exp(-2|z|)``, and its series below ``|z| = 0.1``, where
+    ``1 - e`` would lose the relative precision that ``torch.tanh`` keeps."""
     e = tl.exp(-2.0 * tl.abs(z))
-    t = (1.0 - e) / (1.0 + e)
-    tanh = tl.where(z < 0, -t, t)
-    negative = tl.exp(tl.where(z > 0, 0.0, z)) - 1.0
-    sig = 1.0 / (1.0 + tl.exp(-1.702 * z))
-    y = tl.where(kind == 0, tanh, tl.where(z > 0, z, 0.0))
+    t = _div(1.0 - e, 1.0 + e)
+    t = tl.where(z < 0, -t, t)
+    z2 = z * z
+    series = z * (1.0 + z2 * (-1.0 / 3 + z2 * (2.0 / 15 + z2 * (-17.0 / 315 + z2 * (62.0 / 2835 + z2 * (-1382.0 / 155925))))))
+    return tl.where(tl.abs(z) < 0.1, series, t)
+
+
+@triton.jit
+def _expm1_negative(z):
+    """``exp(z) - 1`` for ``z <= 0`` (0 elsewhere), by its series above ``z = -0.1``, where ``exp(z) - 1``
+    would lose the relative precision that ``torch.expm1`` keeps."""
+    z = tl.where(z > 0, 0.0, z)
+    series = z * (1.0 + z * (0.5 + z * (1.0 / 6 + z * (1.0 / 24 + z * (1.0 / 120 + z * (1.0 / 720 + z * (1.0 / 5040)))))))
+    return tl.where(z > -0.1, series, tl.exp(z) - 1.0)
+
+
+@triton.jit
+def _sigmoid(z):
+    e = 1.0 + tl.exp(-z)
+    return _div(e * 0.0 + 1.0, e)
+
+
+@triton.jit
+def _phi(z, kind):
+    negative = _expm1_negative(z)
+    y = tl.where(kind == 0, _tanh(z), tl.where(z > 0, z, 0.0))
     y = tl.where(kind == 2, tl.where(z > 0, z, 0.01 * z), y)
     y = tl.where(kind == 3, tl.where(z > 0, z, negative), y)
     y = tl.where(kind == 4, SELU_SCALE * tl.where(z > 0, z, SELU_ALPHA * negative), y)
-    y = tl.where(kind == 5, z * sig, y)
+    y = tl.where(kind == 5, z * _sigmoid(1.702 * z), y)
     return tl.where(z != z, z, y)
 
 
 @triton.jit
 def _phi_derivative(z, kind):
-    e = tl.exp(-2.0 * tl.abs(z))
-    t = (1.0 - e) / (1.0 + e)
+    t = _tanh(z)
     positive = z > 0
     exp = tl.exp(tl.where(positive, 0.0, z))
-    sig = 1.0 / (1.0 + tl.exp(-1.702 * z))
+    sig = _sigmoid(1.702 * z)
     d = tl.where(kind == 0, 1.0 - t * t, tl.where(positive, 1.0, 0.0))
     d = tl.where(kind == 2, tl.where(positive, 1.0, tl.full(z.shape, 0.01, z.dtype)), d)
     d = tl.where(kind == 3, tl.where(positive, 1.0, exp), d)
@@ -83,7 +128,7 @@ def _forward_kernel(u_ptr, s_ptr, kind_ptr, a_ptr, b_ptr, w_ptr, bias_ptr, rm_pt
                 m = (rows[:, None] < batch) & cmask[None, :]
                 h = tl.load(u_ptr + base + rows[:, None] * width + cols[None, :], mask=m, other=0.0) * s[None, :]
                 total += tl.sum(h, axis=0)
-            batch_mean = total / batch
+            batch_mean = _div(total, total * 0.0 + batch)
             squares = s * 0.0
             for r0 in range(0, batch, BB):
                 rows = r0 + rows0
@@ -91,17 +136,17 @@ def _forward_kernel(u_ptr, s_ptr, kind_ptr, a_ptr, b_ptr, w_ptr, bias_ptr, rm_pt
                 h = tl.load(u_ptr + base + rows[:, None] * width + cols[None, :], mask=m, other=0.0) * s[None, :]
                 d = tl.where(m, h - batch_mean[None, :], 0.0)
                 squares += tl.sum(d * d, axis=0)
-            var = squares / batch
+            var = _div(squares, squares * 0.0 + batch)
             rm = tl.load(rm_ptr + vec, mask=cmask, other=0.0)
             rv = tl.load(rv_ptr + vec, mask=cmask, other=1.0)
-            unbiased = squares / tl.maximum(batch - 1, 1)
+            unbiased = _div(squares, squares * 0.0 + tl.maximum(batch - 1, 1))
             tl.store(rm_ptr + vec, (1 - momentum) * rm + momentum * batch_mean, mask=cmask & on)
             tl.store(rv_ptr + vec, (1 - momentum) * rv + momentum * unbiased, mask=cmask & on)
         else:
             batch_mean = tl.load(rm_ptr + vec, mask=cmask, other=0.0)
             var = tl.load(rv_ptr + vec, mask=cmask, other=1.0)
         mean = tl.where(on, batch_mean, 0.0)
-        rstd = tl.where(on, 1.0 / tl.sqrt(var + eps), 1.0)
+        rstd = tl.where(on, _rsqrt(var + eps), 1.0)
     tl.store(mean_ptr + vec, mean, mask=cmask)
     tl.store(rstd_ptr + vec, rstd, mask=cmask)
     for r0 in range(0, batch, BB):
@@ -162,7 +207,7 @@ def _backward_kernel(dy_ptr, u_ptr, s_ptr, kind_ptr, a_ptr, w_ptr, bias_ptr, mea
             xhat = (h - mean[None, :]) * rstd[None, :]
             z = tl.where(on, xhat * w[None, :] + beta[None, :], h)
             dz = dy * a * _phi_derivative(z, kind)
-            dh = tl.where(on, (w * rstd)[None, :] * (dz - (dbias[None, :] + xhat * dweight[None, :]) / batch), dz)
+            dh = tl.where(on, (w * rstd)[None, :] * (dz - _div(dbias[None, :] + xhat * dweight[None, :], dz * 0.0 + batch)), dz)
         else:
             dh = dy * a * _phi_derivative(h, kind)
         dh = tl.where(m, dh, 0.0)
@@ -189,7 +234,7 @@ def _update_kernel(P_ptr, V_ptr, buf_ptr, ds_ptr, s_ptr, rg_ptr, rp_ptr, width, 
     V = V - lr * buf
     tl.store(buf_ptr + offsets, buf, mask=m)
     tl.store(V_ptr + offsets, V, mask=m)
-    tl.store(s_ptr + row, 1.0 / tl.sqrt(tl.sum(V * V, axis=0)))
+    tl.store(s_ptr + row, _rsqrt(tl.sum(V * V, axis=0)))
 
 
 def _contiguous(*tensors):
