@@ -670,3 +670,46 @@ def test_a_group_continues_across_two_commands_of_one_lease(tmp_path, monkeypatc
         assert {k: v for k, v in got[key].items() if k != "seconds"} == {
             k: v for k, v in want[key].items() if k != "seconds"}, key
 
+
+def test_the_lease_script_rehearses_on_a_cpu_and_leaves_only_what_comes_back(tmp_path, monkeypatch, root):
+    """``python -m gmp.gpu lease OUT`` on a CPU at smoke scale, in a process that cannot import what the GPU
+    image lacks: the next group probed and trained whole in the stacked kernels' mode, journalled, its state
+    folder left empty; under OUT only what comes back; ``merge`` adds the journal and keeps the summary."""
+    import subprocess
+    import sys
+
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
+    out, state = tmp_path / "out", tmp_path / "state"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "gpu_image"), str(root)])}
+    done = subprocess.run([sys.executable, "-m", "gmp.gpu", "lease", str(out), "--device", "cpu", "--scale", "smoke",
+                           "--state", str(state), "--smoke-seconds", "0", "--seconds", "300"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    run = summary["lu_real"]
+    assert run["finished"] and run["mode"] == "stacked kernels" and [p["networks"] for p in run["probes"]] == [4]
+    assert summary["smoke"] == {"skipped": "--smoke-seconds 0"} and not list(state.glob("*"))
+    cfg = gmp.load_config("lu_real", "smoke")
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == ["gpu.json", f"lu_real/_partial/smoke-{cfg.digest}.jsonl", "summary.json"]
+    assert gpu.return_problems(out) == [] == summary["return_problems"]
+    added = gpu.merge(out, tmp_path / "repo")
+    assert len(added) == 4 and [p.name.split("-", 2)[2] for p in sorted((tmp_path / "repo" / "lu_real" / "leases")
+                                                                       .iterdir())] == ["summary.json"]
+
+
+def test_the_lease_skips_the_smoke_run_once_a_kept_lease_has_shown_it_passing(tmp_path):
+    from gmp.gpu.lease import smoke_shown_passing
+
+    leases = tmp_path / "leases"
+    leases.mkdir()
+    (leases / "20261128-164413-summary.json").write_text(json.dumps(
+        {"smoke": {"chapters_ok": 18, "chapters": 18, "failed": [], "cuda_tests_rc": 1}}))
+    assert smoke_shown_passing(leases) is None  # a cuda test failed
+    (leases / "20261129-100000-summary.json").write_text(json.dumps(
+        {"smoke": {"chapters_ok": 18, "chapters": 18, "failed": [], "cuda_tests_rc": 0}}))
+    assert smoke_shown_passing(leases) == "20261129-100000-summary.json"
+

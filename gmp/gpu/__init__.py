@@ -51,6 +51,9 @@ The package, one module per job, each importing only those before it:
 - :mod:`~gmp.gpu.lu_real`: the ``lu_real`` group (step 3);
 - :mod:`~gmp.gpu.units`: the Part III units (step 4);
 - :mod:`~gmp.gpu.returned`: ``merge``;
+- :mod:`~gmp.gpu.measure`: the measurement of the stacked step (``OUT/measure.json``);
+- :mod:`~gmp.gpu.lease`: ``python -m gmp.gpu lease OUT``, the prepared command of a lease for
+  ``lu_real`` (measure, train the group, state across two commands, smoke with the time left);
 - :mod:`~gmp.gpu.command`: the command itself (steps 1 and 5), run by ``python -m gmp.gpu``.
 """
 

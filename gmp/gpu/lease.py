@@ -100,6 +100,8 @@ def lease(out: Path, seconds: float, lease_seconds: float | None, state: Path, m
     left = deadline - time.monotonic()
     if passed:
         summary["smoke"] = {"skipped": f"shown passing by the lease kept in {passed}"}
+    elif smoke_seconds <= 0:
+        summary["smoke"] = {"skipped": "--smoke-seconds 0"}
     elif left >= smoke_seconds:
         try:
             summary["smoke"] = smoke(out, device, smoke_seconds, workers=min(8, os.cpu_count() or 1))

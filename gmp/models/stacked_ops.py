@@ -30,7 +30,7 @@ import torch
 from gmp.gpn import ACTIVATIONS
 
 __all__ = ["KINDS", "activation_forward", "activation_backward", "momentum_update_", "phi_reference",
-           "phi_derivative_reference", "triton_available"]
+           "phi_derivative_reference"]
 
 KINDS = list(ACTIVATIONS)
 """The activation kinds by index, as the kernels read them: ``tanh, relu, leaky_relu, elu, selu, gelu``."""
@@ -197,12 +197,3 @@ def activation_backward(dy, u, s, kind, a, weight, bias, mean, rstd, bn_mask, us
 def momentum_update_(P, V, buf, ds, s, rows_g, rows_p, lr, momentum, kernels: bool = True) -> None:
     """The square layer's SGD with momentum in place (see the module)."""
     (_update_op if kernels else _update_reference)(P, V, buf, ds, s, rows_g, rows_p, float(lr), float(momentum))
-
-
-def triton_available() -> str | None:
-    """``None`` when Triton can be imported for the CUDA kernels, else why not."""
-    try:
-        import triton  # noqa: F401
-    except Exception as err:  # an image without Triton, or one that cannot load it
-        return f"{type(err).__name__}: {err}"
-    return None
