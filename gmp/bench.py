@@ -430,30 +430,18 @@ def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[
                                          if counts[1].names.get(k, 0) != counts[0].names.get(k, 0)}}
 
 
-def floor_per_network_step(depth: int = 200, width: int = 500, batch: int = 64, flops_per_s: float = 67e12,
-                           bytes_per_s: float = 4.3e12) -> dict[str, float]:
-    """The float32 floor of one network's training step (the square layers alone): ``6 batch
-    width^2`` FLOPs per layer (forward, input gradient, weight gradient) at ``flops_per_s`` (an
-    H200's 67 TFLOP/s without tensor cores), and the bytes of ``V`` read twice and written once and
-    of its momentum buffer read and written (``5 width^2`` floats per layer) at ``bytes_per_s``
-    (4.3 TB/s, the copy rate measured on an H200 here). The step cannot take less than the larger."""
-    flops = 6 * batch * width ** 2 * depth
-    moved = 5 * 4 * width ** 2 * depth
-    return {"gflop": flops / 1e9, "gbytes": moved / 1e9, "flop_seconds": flops / flops_per_s,
-            "byte_seconds": moved / bytes_per_s, "seconds": max(flops / flops_per_s, moved / bytes_per_s)}
-
-
 def count(print_fn: Callable[[str], None] = print, labels: Sequence[str] | None = None, as_json: bool = False,
           **kwargs: Any) -> dict[str, Any]:
     """``python -m gmp.bench --stacked --count [--json]``: :func:`count_stacked` for a group of
     ``lu_real``'s networks (default the twelve: six activations, plain and GPN) without and with
     BN, in each mode the GPU command can run (the stacked kernels, or their torch reference when
     Triton fails), and for one network alone; with the float32 floor of a step
-    (:func:`floor_per_network_step`). ``as_json`` prints one JSON object instead of a table.
+    (:func:`gmp.experiments.lu_real.cost.floor_per_network_step`). ``as_json`` prints one JSON object instead of a table.
     ``kwargs`` go to :func:`count_stacked` (a smaller width, batch or depths for a quick run)."""
     import json
 
     from gmp.experiments import lu_real
+    from gmp.experiments.lu_real.cost import floor_per_network_step
 
     labels = list(labels or lu_real.variants(lu_real.ACTIVATIONS))
     width, batch = kwargs.get("width", 500), kwargs.get("batch", 64)

@@ -58,8 +58,8 @@ The package, one module per job, each importing only those before it:
 """
 
 from .chapters import chapter_code, run_chapter, smoke, without_ipython
-from .command import environment, main
-from .files import FOLDED, RETURN_BYTES, RETURN_DEPTH, RETURN_FILES, ROOT, return_problems
+from .command import main
+from .files import FOLDED, environment, RETURN_BYTES, RETURN_DEPTH, RETURN_FILES, ROOT, return_problems
 from .lu_real import MODES, group_seconds, load_group, mode_options, next_group, probe, state_path, train_group
 from .returned import merge, returned_device
 from .units import (STACKED_CHAPTERS, UNIT_CHAPTERS, compute_units, compute_units_stacked, missing_units,

@@ -15,25 +15,10 @@ from typing import Any
 import torch
 
 from .chapters import smoke
-from .files import return_problems, within_return_limits, write_json
+from .files import environment, return_problems, within_return_limits, write_json
 from .lu_real import load_group, train_group
 from .returned import merge
 from .units import STACKED_CHAPTERS, UNIT_CHAPTERS, compute_units, compute_units_stacked, stacked_units_job, units_job
-
-
-def environment(device: str) -> dict[str, Any]:
-    """The machine, torch and the precision flags, as ``OUT/gpu.json`` records them."""
-    info: dict[str, Any] = {"torch": torch.__version__, "python": sys.version.split()[0], "device": device,
-                            "cuda_available": torch.cuda.is_available(),
-                            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-                            "tf32_cudnn": torch.backends.cudnn.allow_tf32,
-                            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-                            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "threads": torch.get_num_threads()}
-    if device.startswith("cuda") and torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", multiprocessors=props.multi_processor_count,
-                    memory_gib=round(props.total_memory / 2 ** 30, 1), cuda=torch.version.cuda)
-    return info
 
 
 def main(argv: Sequence[str] | None = None) -> int:

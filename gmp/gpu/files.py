@@ -7,9 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository the command runs from (the chapters' notebooks, the tests, the package ``gmp``)."""
@@ -143,3 +147,18 @@ def keep_returned(folder: Path) -> None:
             os.replace(path, partial / _returned_checkpoint(path.parent.name, path.name))
         else:
             path.unlink()
+
+
+def environment(device: str) -> dict[str, Any]:
+    """The machine, torch and the precision flags, as ``OUT/gpu.json`` records them."""
+    info: dict[str, Any] = {"torch": torch.__version__, "python": sys.version.split()[0], "device": device,
+                            "cuda_available": torch.cuda.is_available(),
+                            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+                            "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+                            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+                            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "threads": torch.get_num_threads()}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", multiprocessors=props.multi_processor_count,
+                    memory_gib=round(props.total_memory / 2 ** 30, 1), cuda=torch.version.cuda)
+    return info

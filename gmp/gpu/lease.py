@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from .chapters import smoke
-from .files import ROOT, return_problems, within_return_limits, write_json
+from .files import ROOT, environment, return_problems, within_return_limits, write_json
 from .lu_real import load_group, state_path, train_group
 from .measure import measure
 
@@ -59,8 +59,6 @@ def lease(out: Path, seconds: float, lease_seconds: float | None, state: Path, m
     """The command (see the module); returns its exit status."""
     from gmp import config
     from gmp.experiments import lu_real
-
-    from .command import environment
 
     begin = time.monotonic()
     deadline = begin + seconds - 30  # room to write the journal and the summary

@@ -172,8 +172,9 @@ def keep_lease_record(out: Path, leases: Path) -> list[Path]:
     if (out / "gpu.json").is_file():
         environment = json.loads((out / "gpu.json").read_text())
     if not isinstance(environment, dict) or not environment.get("date"):
-        raise ValueError(f"{out}: neither gpu.json nor summary.json says when the command ran: its summary was not "
-                         "kept (the journals were merged)")
+        print(f"  {out}: neither gpu.json nor summary.json says when the command ran, so its summary was not kept "
+              "(the journals were merged)", flush=True)
+        return []
     stamp = "".join(ch for ch in str(environment["date"]) if ch.isdigit())
     written = []
     for name in ("summary.json", "measure.json"):

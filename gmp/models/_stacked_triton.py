@@ -1,7 +1,8 @@
 """Triton kernels of :mod:`gmp.models.stacked_ops`: each operator one kernel, each network its
 own activation (its kind read by the kernel, no mask over the other kinds).
 
-Imported only where they run (the operators' CUDA implementations) or are checked (on the CPU
+Importing this module registers them as the operators' CUDA implementations
+(:class:`gmp.models.stacked.StackedDeepMLP` imports it when it runs on CUDA); they are checked (on the CPU
 in Triton's interpreter, ``TRITON_INTERPRET=1``, against the torch reference:
 ``tests/test_stacked_ops.py``). The element-wise formulas are those of
 :func:`gmp.models.stacked_ops.phi_reference` and :func:`~gmp.models.stacked_ops.phi_derivative_reference`;
@@ -273,3 +274,8 @@ def momentum_update_(P, V, buf, ds, s, rows_g, rows_p, lr, momentum):
     size, rows, width = V.shape
     _update_kernel[(size * rows,)](P, V, buf, ds, s, rows_g, rows_p, width, float(lr), float(momentum),
                                    BLOCK=triton.next_power_of_2(width))
+
+
+stacked_ops._forward_op.register_kernel("cuda")(activation_forward)
+stacked_ops._backward_op.register_kernel("cuda")(activation_backward)
+stacked_ops._update_op.register_kernel("cuda")(momentum_update_)

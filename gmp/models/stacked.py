@@ -278,6 +278,8 @@ class StackedDeepMLP(nn.Module):
         return self.sgd
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernels and x.is_cuda:
+            from gmp.models import _stacked_triton  # noqa: F401  (registers the operators' Triton kernels for CUDA)
         if x.dim() == 2:
             x = x.expand(self.size, *x.shape)
         h = x @ self.first_weight.transpose(1, 2)

@@ -1,6 +1,6 @@
 """The element-wise work of a stacked square layer (:mod:`gmp.models.stacked`) in three operators,
-each one kernel on CUDA (Triton, :mod:`gmp.models._stacked_triton`) and the torch reference
-below elsewhere.
+each one kernel on CUDA (Triton, :mod:`gmp.models._stacked_triton`, which registers them for CUDA
+when imported) and the torch reference below elsewhere.
 
 For ``N`` networks, a batch of ``B`` and width ``n``, with ``u = x V^T`` ``(N, B, n)`` and ``s``
 ``(N, 1, n)`` the inverse row norms of ``V`` (Eq. (55): ``h = u diag(s)``):
@@ -37,6 +37,7 @@ KINDS = list(ACTIVATIONS)
 
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 """``torch.nn.functional.selu``'s constants."""
+
 
 
 def phi_reference(kind: int, z: torch.Tensor) -> torch.Tensor:
@@ -157,28 +158,6 @@ def _backward_op(dy: torch.Tensor, u: torch.Tensor, s: torch.Tensor, kind: torch
 def _update_op(P: torch.Tensor, V: torch.Tensor, buf: torch.Tensor, ds: torch.Tensor, s: torch.Tensor,
                rows_g: torch.Tensor, rows_p: torch.Tensor, lr: float, momentum: float) -> None:
     _update_reference(P, V, buf, ds, s, rows_g, rows_p, lr, momentum)
-
-
-@_forward_op.register_kernel("cuda")
-def _forward_cuda(u, s, kind, a, b, weight, bias, running_mean, running_var, bn_mask, use_bn, training, momentum, eps):
-    from . import _stacked_triton
-
-    return _stacked_triton.activation_forward(u, s, kind, a, b, weight, bias, running_mean, running_var, bn_mask,
-                                              use_bn, training, momentum, eps)
-
-
-@_backward_op.register_kernel("cuda")
-def _backward_cuda(dy, u, s, kind, a, weight, bias, mean, rstd, bn_mask, use_bn):
-    from . import _stacked_triton
-
-    return _stacked_triton.activation_backward(dy, u, s, kind, a, weight, bias, mean, rstd, bn_mask, use_bn)
-
-
-@_update_op.register_kernel("cuda")
-def _update_cuda(P, V, buf, ds, s, rows_g, rows_p, lr, momentum):
-    from . import _stacked_triton
-
-    _stacked_triton.momentum_update_(P, V, buf, ds, s, rows_g, rows_p, lr, momentum)
 
 
 def activation_forward(u, s, kind, a, b, weight, bias, running_mean, running_var, bn_mask, use_bn, training, momentum,

@@ -39,7 +39,7 @@ The package, in the order a reader meets it (each module imports only those befo
 """
 
 from .claims import CLAIMS
-from .cost import PAPER_TRAIN_ROWS, paper_cost, paper_updates, step_seconds
+from .cost import PAPER_TRAIN_ROWS, lease_measurements, paper_cost, paper_updates, step_seconds
 from .figures import figure_source, plot_drift, plot_gradient_ratio, plot_test_accuracy, table2
 from .paper import (ACTIVATIONS, CONFIG, DATASET_LABELS, FIGURE_FAMILIES, PAPER, PAPER_COMMAND, PAPER_DATASETS,
                     UNTRAINABLE, epoch_key, network_key, percent, run_label, variants)
@@ -51,7 +51,8 @@ from .training import ForeignJournal, ReplayMismatch, Training, build, build_gro
 __all__ = ["ACTIVATIONS", "CLAIMS", "CONFIG", "DATASET_LABELS", "EARLIER_READING", "FIGURE_FAMILIES", "PAPER",
            "PAPER_COMMAND", "PAPER_DATASETS", "PAPER_TRAIN_ROWS", "UNTRAINABLE", "ForeignJournal", "ReplayMismatch",
            "StackedTraining", "Training", "assemble", "build", "build_group", "earlier_reading", "earlier_text", "epoch_key",
-           "epoch_text", "figure_source", "join_curves", "load_split", "network_key", "network_result", "paper_cost",
+           "epoch_text", "figure_source", "join_curves", "lease_measurements", "load_split", "network_key",
+           "network_result", "paper_cost",
            "paper_updates", "percent", "plot_drift", "plot_gradient_ratio", "plot_test_accuracy", "progress", "run",
            "run_label", "schedule", "split_curves", "step_seconds", "table2", "train_epoch", "unfinished", "units",
            "variants"]

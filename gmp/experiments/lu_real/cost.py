@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -69,3 +72,49 @@ def paper_cost(layer_step_s: float, overhead_layer_step_s: float, gpu_tflops: fl
             "cpu_hours": layer_steps * layer_step_s / 3600, "gpu_flop_hours": flop_hours,
             "gpu_overhead_hours": overhead_hours, "gpu_hours": max(flop_hours, overhead_hours),
             "gpu_tflops": gpu_tflops}
+
+
+def floor_per_network_step(depth: int = 200, width: int = 500, batch: int = 64, flops_per_s: float = 67e12,
+                           bytes_per_s: float = 4.3e12) -> dict[str, float]:
+    """The float32 floor of one network's training step (the square layers alone): ``6 batch
+    width^2`` FLOPs per layer (forward, input gradient, weight gradient) at ``flops_per_s`` (an
+    H200's 67 TFLOP/s without tensor cores), and the bytes of ``V`` read twice and written once and
+    of its momentum buffer read and written (``5 width^2`` floats per layer) at ``bytes_per_s``
+    (4.3 TB/s, the copy rate measured on an H200 here). The step cannot take less than the larger."""
+    flops = 6 * batch * width ** 2 * depth
+    moved = 5 * 4 * width ** 2 * depth
+    return {"gflop": flops / 1e9, "gbytes": moved / 1e9, "flop_seconds": flops / flops_per_s,
+            "byte_seconds": moved / bytes_per_s, "seconds": max(flops / flops_per_s, moved / bytes_per_s)}
+
+
+def lease_measurements(leases: Path | None = None) -> list[dict[str, Any]]:
+    """What each GPU lease kept in the repository (``book/_results/lu_real/leases/``, written by
+    ``python -m gmp.gpu merge``) measured of the stacked step, oldest first: the date and GPU, each probe of
+    the planner (networks, milliseconds per step, minutes its group's epochs need), the measurement's
+    milliseconds per step and kernels per square layer-step for each stack it timed, what the lease
+    trained, and the float32 floor of a step per network (:func:`floor_per_network_step`,
+    at the run's depth, width and batch)."""
+    from gmp import results
+
+    if leases is None:
+        root = results.results_root()
+        leases = root / "lu_real" / "leases" if root is not None else None
+    if leases is None or not leases.is_dir():
+        return []
+    out = []
+    for path in sorted(leases.glob("*-summary.json")):
+        summary = json.loads(path.read_text())
+        measure_path = path.with_name(path.name.replace("-summary.json", "-measure.json"))
+        measured = json.loads(measure_path.read_text()) if measure_path.is_file() else {}
+        environment, run = summary.get("environment", {}), summary.get("lu_real", {})
+        depth, width, batch = (measured.get(k) for k in ("depth", "width", "batch"))
+        floor = floor_per_network_step(depth or 200, width or 500, batch or 64)["seconds"]
+        out.append({"record": path.name, "date": str(environment.get("date", "")), "gpu": environment.get("gpu"),
+                    "probes": [{"networks": p["networks"], "ms_per_step": 1e3 * p["seconds_per_step"],
+                                "group_minutes": p["group_minutes"]} for p in run.get("probes", [])],
+                    "steps": [{"networks": s["networks"], "mode": s["mode"], "ms_per_step": s["ms_per_step"],
+                               "kernels_per_layer_step": s["kernels_per_step"] / (depth or 200)}
+                              for s in measured.get("steps", [])],
+                    "trained": run.get("networks", []) if run.get("finished") else [], "status": run.get("status"),
+                    "floor_ms_per_network_step": 1e3 * floor})
+    return out
