@@ -148,7 +148,8 @@ def options_from(args: Any) -> Options | None:
         return None
     return Options(args.executor, partition=args.partition,
                    time_min=60 if args.time is None else time_minutes(args.time),
-                   cpus_per_task=args.cpus_per_task or 1, gpus_per_task=args.gpus_per_task or 0,
+                   cpus_per_task=1 if args.cpus_per_task is None else args.cpus_per_task,
+                   gpus_per_task=0 if args.gpus_per_task is None else args.gpus_per_task,
                    mem_gb=None if args.mem is None else memory_gb(args.mem), account=args.account,
                    array_parallelism=args.array_parallelism, detach=args.detach)
 
@@ -231,10 +232,12 @@ def merge(journal: Path) -> list[str]:
     """Append the finished unit files of the run of ``journal`` to it (the driver is its only writer) and remove
     them; the keys added. A unit the journal holds already is not added twice; a damaged unit file (cut short,
     not an entry) is left where it is, with a warning, and its unit counts as missing."""
-    units = cluster_folder(journal) / "units"
+    paths = sorted((cluster_folder(journal) / "units").glob("*.jsonl"))
+    if not paths:
+        return []
     have = set(_results.journal_units(journal))
     added, lines, merged = [], [], []
-    for path in sorted(units.glob("*.jsonl")):
+    for path in paths:
         entries = _results.journal_entries(path)
         if len(entries) != 1:
             print(f"gmp.runs: WARNING: {path} is not one journal entry; left there, its unit is computed again",
@@ -320,10 +323,15 @@ def submit(options: Options, chapter: str, scale: str, seed: int, device: str, j
     record them in ``submitted.json``; the tasks and submitit's jobs."""
     folder = cluster_folder(journal)
     logs = folder / "logs"
-    executor = _executor(options, logs, chapter)
     n = len(keys)
-    jobs = executor.map_array(UnitTask(), [chapter] * n, [scale] * n, [seed] * n, [device] * n, list(keys),
-                              [str(folder)] * n, [options.cpus_per_task] * n)
+    try:
+        jobs = _executor(options, logs, chapter).map_array(
+            UnitTask(), [chapter] * n, [scale] * n, [seed] * n, [device] * n, list(keys), [str(folder)] * n,
+            [options.cpus_per_task] * n)
+    except (submitit.core.utils.FailedJobError, RuntimeError) as err:  # no srun, or sbatch refused the array
+        raise ValueError(f"--executor {options.executor} could not submit the units of {chapter}: "
+                         f"{' '.join(str(err).split())}. On a cluster, run it where sbatch and srun work (a login "
+                         "node); elsewhere use --executor local") from None
     tasks = [Task(key, str(job.job_id), str(job.paths.stderr), str(job.paths.result_pickle))
              for key, job in zip(keys, jobs)]
     _record(folder, tasks)
@@ -386,35 +394,32 @@ def _ended_why(task: Task, units: Path) -> str:
 
 
 def wait(options: Options, tasks: Sequence[Task], journal: Path, jobs: Sequence[Any] = (),
-         poll: Callable[[int], float] = lambda n: min(30.0, 0.5 * 1.5**n)) -> list[Task]:
-    """Wait until every task in ``tasks`` has written its unit file or left the queue (Slurm: ``squeue``; local:
-    the processes of ``jobs``), merging unit files into ``journal`` as they come; the tasks that ended without
-    their unit file."""
-    units = cluster_folder(journal) / "units"
+         poll: Callable[[int], float] = lambda n: min(30.0, 1.5**n)) -> list[Task]:
+    """Wait until every task in ``tasks`` has written its unit file or left the queue, merging unit files into
+    ``journal`` as they come (looked for every second); the tasks that ended without their unit file. Whether a
+    task is still queued or running is asked less often, after ``poll(n)`` seconds the ``n``-th time (Slurm:
+    ``squeue``, at most every 30 s by default; local: the processes of ``jobs``)."""
     local = {str(job.job_id): job for job in jobs}
     left = {task.id: task for task in tasks}
+    have = set(_results.journal_units(journal))
     failed: list[Task] = []
-    checks = 0
+    checks, ask = 0, time.monotonic() + poll(0)
     while left:
-        merge(journal)
-        have = set(_results.journal_units(journal))
+        have |= set(merge(journal))
         for task in [t for t in left.values() if t.key in have]:
             del left[task.id]
-        if not left:
-            break
-        if options.executor == "slurm":
-            running = queued(list(left))
-        else:
-            running = {i for i in left if i in local and not local[i].done()}
-        merge(journal)  # a task that wrote its file and left the queue since the first look
-        have = set(_results.journal_units(journal))
-        for task_id in [i for i in left if i not in running]:
-            task = left.pop(task_id)
-            if task.key not in have:
-                failed.append(task)
-        if left:
-            time.sleep(poll(checks))
+        if left and time.monotonic() >= ask:
+            running = queued(list(left)) if options.executor == "slurm" else {
+                i for i in left if i in local and not local[i].done()}
+            have |= set(merge(journal))  # a task that wrote its file and left the queue since the first look
+            for task_id in [i for i in left if i not in running]:
+                task = left.pop(task_id)
+                if task.key not in have:
+                    failed.append(task)
             checks += 1
+            ask = time.monotonic() + poll(checks)
+        if left:
+            time.sleep(1.0)
     return failed
 
 
