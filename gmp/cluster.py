@@ -45,6 +45,14 @@ FOLDER = "cluster"
 """The folder, inside a run's scratch folder beside its journal, of the executor's unit files, work and logs."""
 
 
+DEPENDENT_UNITS = {
+    "lu_real": "its units are the epochs of each network, each resuming from the network's checkpoint after the "
+               "epoch before, so they cannot run as independent tasks: train it with python -m gmp.gpu (whole "
+               "networks, stacked) or python -m gmp.runs lu_real --jobs N on one machine",
+}
+"""Chapters with units that are not independent, and why: ``--executor`` refuses them."""
+
+
 class Detached(Exception):
     """``--detach`` submitted the work and returns: the message says what runs and where the cache will be."""
 
@@ -423,6 +431,13 @@ def wait(options: Options, tasks: Sequence[Task], journal: Path, jobs: Sequence[
     return failed
 
 
+def check_chapter(chapter: str) -> None:
+    """A ValueError unless ``chapter`` splits into independent units that ``--executor`` can run as tasks."""
+    units_of(chapter, "for --executor")
+    if chapter in DEPENDENT_UNITS:
+        raise ValueError(f"--executor runs each unit as its own task, and {chapter} cannot: {DEPENDENT_UNITS[chapter]}")
+
+
 def assemble_command(chapter: str, scale: str, device: str, seed: int, options: Options) -> list[str]:
     """The command of ``--detach``'s assembling job: this run without ``--detach``, with the task's threads."""
     undetached = dataclasses.replace(options, detach=False)
@@ -436,7 +451,7 @@ def execute(options: Options, chapter: str, scale: str, device: str, seed: int, 
     running is waited for instead), wait and merge; what it did, for the provenance. A :class:`TasksFailed` names
     each task that ended without its unit file, once all have ended. With ``options.detach``, submit the array
     and a job that runs :func:`assemble_command` once it succeeded, and raise :class:`Detached`."""
-    units_of(chapter, "for --executor")
+    check_chapter(chapter)
     folder = cluster_folder(journal)
     earlier = [t for t in submitted(folder) if t.key not in set(_results.journal_units(journal))]
     busy = queued([t.id for t in earlier]) if options.executor == "slurm" else set()
@@ -449,7 +464,7 @@ def execute(options: Options, chapter: str, scale: str, device: str, seed: int, 
         print(f"gmp.runs: {len(waiting)} units of {chapter} are still queued or running from an earlier submission; "
               f"waiting for them", file=sys.stderr)
     # submitit's local executor starts every task of an array at once: locally, a chunk at a time
-    chunk = len(keys) if options.executor == "slurm" else options.array_parallelism or max(
+    chunk = max(1, len(keys)) if options.executor == "slurm" else options.array_parallelism or max(
         1, len(os.sched_getaffinity(0)) // options.cpus_per_task)
     for start in range(0, len(keys), chunk):
         new, jobs = submit(options, chapter, scale, seed, device, journal, keys[start:start + chunk])
@@ -478,6 +493,22 @@ def execute(options: Options, chapter: str, scale: str, device: str, seed: int, 
                           f"file:\n  " + "\n  ".join(f"unit {t.key!r} (task {t.id}) {_ended_why(t, units)}"
                                                      for t in failed)
                           + "\nThe units that finished are journalled; rerun the same command to submit only the rest")
-    shutil.rmtree(folder, ignore_errors=True)
+    _clean(folder)
     return {"executor": options.executor, "options": options.flags(), "submitted_units": len(keys),
             "waited_units": len(waiting), "tasks_wall_s": round(time.time() - started, 1)}
+
+
+def _clean(folder: Path) -> None:
+    """Remove the executor's ``folder`` once its units are journalled, but for the log of the Slurm job this runs in
+    (``--detach``'s assembling job, which submitit still writes to)."""
+    own = os.environ.get("SLURM_JOB_ID")
+    for path in sorted(folder.glob("*")) + sorted(folder.glob("logs/*")):
+        if path.name == "logs" or (own and path.parent.name == "logs" and path.name.startswith(f"{own}_")):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    for path in (folder / "logs", folder):
+        with contextlib.suppress(OSError):
+            path.rmdir()

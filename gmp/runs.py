@@ -18,8 +18,8 @@ chapters, the Part III image-fitting chapters and lu_real), N worker processes f
 each with its share of the CPU threads, and the notebook then runs from the journal; the
 cache keeps those units (``units.jsonl.gz``). With ``--executor slurm`` (or ``local``) the units run instead as
 a Slurm job array (or local processes) through submitit, each task writing its own unit file, which this
-process merges into the journal before the notebook runs (:mod:`gmp.cluster`). ``--verify``, ``--restamp`` and ``--same-function`` check a
-cache against today's code; they live in :mod:`gmp.verification`, which computes nothing a cache keeps,
+process merges into the journal before the notebook runs (``gmp.cluster``). ``--verify``, ``--restamp`` and
+``--same-function`` check a cache against today's code; they live in :mod:`gmp.verification`, which computes nothing a cache keeps,
 and this command line only hands them their arguments.
 """
 
@@ -222,7 +222,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     """Execute ``chapter`` at ``scale`` and return the folder its results were cached in.
 
     ``jobs`` > 1 first journals the chapter's units with that many workers (:func:`gmp.runs.prefill`), an
-    ``executor`` as a Slurm job array or local processes (:func:`gmp.cluster.execute`).
+    ``executor`` as a Slurm job array or local processes (``gmp.cluster.execute``).
     One run of a chapter at one config runs at a time (``run_lock``). The provenance names the
     code and threads the notebook ran with and how the units' code differs from it (see
     :func:`gmp.results.read_run_records`); the run resumes, caches and removes from the journal only
@@ -239,7 +239,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     if executor is not None:
         if jobs > 1:
             raise ValueError("--jobs and --executor are two ways to compute the units: give one")
-        units_of(chapter, "for --executor")
+        cluster.check_chapter(chapter)
     if jobs > 1:
         units_of(chapter)
         _need_locks()

@@ -67,29 +67,35 @@ def slurm(tmp_path_factory):
         yield {**os.environ, **env}
 
 
-def test_slurm_array_assembles_the_cache_a_local_run_assembles_without_sacct(slurm, tmp_path):
-    """Part I's chen_levy at smoke scale, its units as a Slurm array on a cluster without accounting (``sacct``
-    fails there), gives the cache of a plain run on this machine."""
+def test_slurm_detached_array_assembles_the_cache_a_local_run_assembles_without_sacct(slurm, tmp_path):
+    """Part I's chen_levy at smoke scale with ``--detach``: its units as a Slurm array on a cluster without
+    accounting (``sacct`` fails there) and a job that assembles the cache after it (afterok) give the cache of a
+    plain run on this machine; only the assembling job's log is left beside the journal."""
     accounting = subprocess.run(["sacct"], capture_output=True, text=True, env=slurm)
     assert accounting.returncode != 0 and "accounting storage is disabled" in accounting.stderr
     local = _runner("chen_levy", tmp_path / "local")
     started = time.monotonic()
-    code, output = _finish(_runner("chen_levy", tmp_path / "slurm", "--executor", "slurm", env=slurm))
-    took = time.monotonic() - started
-    assert code == 0, output
-    assert _finish(local)[0] == 0
-    print(f"chen_levy smoke: submit to cache on the single-node Slurm in {took:.1f} s")
+    code, output = _finish(_runner("chen_levy", tmp_path / "slurm", "--executor", "slurm", "--detach", env=slurm))
+    assert code == 0 and "that assembles the cache once they all succeed (afterok)" in output, output
     slurm_cache = tmp_path / "slurm" / "chen_levy" / "smoke"
+    while subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=slurm, check=True).stdout.strip():
+        assert time.monotonic() < started + 900, "the array and its assembling job did not end within 15 minutes"
+        time.sleep(0.5)
+    print(f"chen_levy smoke: submit to cache on the single-node Slurm in {time.monotonic() - started:.1f} s")
+    assert _finish(local)[0] == 0
+    logs = sorted((tmp_path / "slurm" / "chen_levy" / "_partial").glob("*/cluster/logs/*"))
+    assert slurm_cache.is_dir(), "\n".join(p.read_text() for p in logs if p.suffix == ".err")
     assert _cache_differences(tmp_path / "local" / "chen_levy" / "smoke", slurm_cache) == []
     provenance = json.loads((slurm_cache / "provenance.json").read_text())
     keys = cluster.unit_keys("chen_levy", config.load("chen_levy", "smoke"), 0)
-    assert provenance["executor"]["submitted_units"] == len(keys) == 4
+    assert provenance["executor"]["submitted_units"] == 0 and provenance["resumed_units"] == len(keys) == 4
     assert provenance["command"].endswith("--executor slurm --time 60 --cpus-per-task 1")
     entries = [json.loads(line) for line in gzip.decompress((slurm_cache / "units.jsonl.gz").read_bytes()).splitlines()]
     host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
     assert {(e["node"], e["device"], e["threads"]) for e in entries} == {(host, "cpu", 1)}
     assert sorted(e["task"].split("_")[1] for e in entries) == ["0", "1", "2", "3"]
-    assert not (tmp_path / "slurm" / "chen_levy" / "_partial").exists()  # unit files, work and logs removed
+    array = entries[0]["task"].split("_")[0]
+    assert logs and all(not p.name.startswith(f"{array}_") for p in logs)  # the tasks' logs removed, not the job's
 
 
 def test_slurm_a_cancelled_array_resumes_with_only_its_missing_units(slurm, tmp_path):
@@ -226,11 +232,16 @@ def test_time_limits_in_slurms_forms_are_whole_minutes(text, minutes):
     (["--executor", "slurm", "--cpus-per-task", "0"], "--cpus-per-task must be at least 1"),
     (["--executor", "slurm", "--jobs", "2"], "--jobs and --executor are two ways to compute the units"),
     (["--executor", "slurm", "--verify"], "--executor computes a run's units; --verify"),
+    (["--executor", "slurm", "--chapter", "lu_real"], "--executor runs each unit as its own task, and lu_real "
+                                                      "cannot: its units are the epochs of each network"),
+    (["--executor", "local", "--chapter", "chen_vgg"], "chen_vgg does not split into independent units for --executor"),
 ])
 def test_cluster_options_are_checked_before_anything_is_submitted(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    chapter = args[args.index("--chapter") + 1] if "--chapter" in args else "chen_levy"
+    args = [a for a in args if a not in ("--chapter", chapter)]
     with pytest.raises(SystemExit):
-        runs.main(["chen_levy", "--scale", "smoke", *args])
+        runs.main([chapter, "--scale", "smoke", *args])
     assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
@@ -254,3 +265,5 @@ def test_the_local_executor_journals_the_unit_a_run_on_one_machine_computes(tmp_
     assert verification.compare(entry["value"], json.loads(json.dumps(here[last]())), 0, 0) == []
     assert entry["threads"] == 1 and entry["device"] == "cpu" and entry["task"].startswith("local ")
     assert cluster.plan("chen_levy", "smoke", 0, journal) == []
+    for executor in cluster.EXECUTORS:  # nothing left to submit: the run goes on to its notebook
+        assert cluster.execute(cluster.Options(executor), "chen_levy", "smoke", "cpu", 0, journal)["submitted_units"] == 0
