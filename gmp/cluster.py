@@ -448,12 +448,15 @@ def assemble_command(chapter: str, scale: str, device: str, seed: int, options: 
 def execute(options: Options, chapter: str, scale: str, device: str, seed: int, journal: Path) -> dict[str, Any]:
     """The executor's part of a run of ``chapter`` (called by :func:`gmp.runs.run` under the run's lock): merge
     finished unit files, submit the missing units (a unit whose task of an earlier submission is still queued or
-    running is waited for instead), wait and merge; what it did, for the provenance. A :class:`TasksFailed` names
+    running is waited for instead), wait and merge; what it did, for the provenance (``journalled_units``: the
+    units it added to the journal, from unit files, an earlier submission's too, and from a cache of the same
+    config). A :class:`TasksFailed` names
     each task that ended without its unit file, once all have ended. With ``options.detach``, submit the array
     and a job that runs :func:`assemble_command` once it succeeded, and raise :class:`Detached`."""
     check_chapter(chapter)
     folder = cluster_folder(journal)
-    earlier = [t for t in submitted(folder) if t.key not in set(_results.journal_units(journal))]
+    before = set(_results.journal_units(journal))
+    earlier = [t for t in submitted(folder) if t.key not in before]
     busy = queued([t.id for t in earlier]) if options.executor == "slurm" else set()
     waiting = [t for t in earlier if t.id in busy]
     keys = plan(chapter, scale, seed, journal, busy=[t.key for t in waiting])
@@ -495,7 +498,8 @@ def execute(options: Options, chapter: str, scale: str, device: str, seed: int, 
                           + "\nThe units that finished are journalled; rerun the same command to submit only the rest")
     _clean(folder)
     return {"executor": options.executor, "options": options.flags(), "submitted_units": len(keys),
-            "waited_units": len(waiting), "tasks_wall_s": round(time.time() - started, 1)}
+            "waited_units": len(waiting), "journalled_units": len(set(_results.journal_units(journal)) - before),
+            "tasks_wall_s": round(time.time() - started, 1)}
 
 
 def _clean(folder: Path) -> None:

@@ -88,7 +88,8 @@ def test_slurm_detached_array_assembles_the_cache_a_local_run_assembles_without_
     assert _cache_differences(tmp_path / "local" / "chen_levy" / "smoke", slurm_cache) == []
     provenance = json.loads((slurm_cache / "provenance.json").read_text())
     keys = cluster.unit_keys("chen_levy", config.load("chen_levy", "smoke"), 0)
-    assert provenance["executor"]["submitted_units"] == 0 and provenance["resumed_units"] == len(keys) == 4
+    assert provenance["executor"]["submitted_units"] == 0 and provenance["resumed_units"] == 0
+    assert provenance["executor"]["journalled_units"] == len(keys) == 4
     assert provenance["command"].endswith("--executor slurm --time 60 --cpus-per-task 1")
     entries = [json.loads(line) for line in gzip.decompress((slurm_cache / "units.jsonl.gz").read_bytes()).splitlines()]
     host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
@@ -126,7 +127,7 @@ def test_slurm_a_cancelled_array_resumes_with_only_its_missing_units(slurm, tmp_
     slurm_cache = tmp_path / "slurm" / "sbsnn_gap" / "smoke"
     assert _cache_differences(tmp_path / "local" / "sbsnn_gap" / "smoke", slurm_cache) == []
     provenance = json.loads((slurm_cache / "provenance.json").read_text())
-    assert provenance["executor"]["submitted_units"] == len(keys) - len(done)
+    assert provenance["executor"]["submitted_units"] == provenance["executor"]["journalled_units"] == len(keys) - len(done)
     assert provenance["resumed_units"] == len(done)
 
 
@@ -267,3 +268,28 @@ def test_the_local_executor_journals_the_unit_a_run_on_one_machine_computes(tmp_
     assert cluster.plan("chen_levy", "smoke", 0, journal) == []
     for executor in cluster.EXECUTORS:  # nothing left to submit: the run goes on to its notebook
         assert cluster.execute(cluster.Options(executor), "chen_levy", "smoke", "cpu", 0, journal)["submitted_units"] == 0
+
+
+def test_costs_sum_the_measured_unit_seconds_and_estimate_the_unmeasured_from_them(tmp_path, monkeypatch):
+    """gmp.costs (the running page's table): a cache's units are summed by the device that computed them; a chapter
+    with only a journal, some of its units measured, is estimated at their mean times its units."""
+    from gmp import costs
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    lines = [{"key": "a", "value": 1, "seconds": 60.0, "threads": 1},
+             {"key": "b", "value": 1, "seconds": 180.0, "device": "cuda (NVIDIA H200)", "threads": 16}]
+    cache = tmp_path / "chen_levy" / "paper" / "units.jsonl.gz"
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(gzip.compress("".join(json.dumps(e) + "\n" for e in lines).encode()))
+    cost = costs.unit_costs("chen_levy")
+    assert cost["units"] == len(cluster.unit_keys("chen_levy", config.load("chen_levy", "paper"), 0))
+    assert (cost["measured"], cost["seconds"], cost["longest_s"], cost["threads"], cost["source"]) == (2, 240.0, 180.0,
+                                                                                                       [1, 16], "cache")
+    assert cost["devices"] == {"cpu": 1, "cuda (NVIDIA H200)": 1} and cost["estimated_s"] == 120.0 * cost["units"]
+    journal = tmp_path / "sbsnn_gap" / "_partial" / "paper-0123.jsonl"
+    results.append_journal(journal, [json.dumps({"key": "full-0", "value": 1, "seconds": 900.0})])
+    row = costs.cost_table(["chen_levy", "sbsnn_gap"])[1]
+    assert (row["source"], row["units"], row["hours"], row["longest_min"]) == ("journal", 7, 900.0 * 7 / 3600, 15.0)
+    table = costs.markdown(costs.cost_table(["chen_levy", "sbsnn_gap", "chen_uci"]))
+    assert "| sbsnn_gap | 7 | cpu | 1.75 (est. from 1) | 15.0 |" in table
+    assert "| chen_uci | " in table and "not yet measured" in table
