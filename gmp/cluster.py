@@ -310,7 +310,7 @@ def _executor(options: Options, logs: Path, chapter: str, dependency: str | None
         return executor
     executor = submitit.SlurmExecutor(folder=logs)
     parameters: dict[str, Any] = {"job_name": name or f"gmp-{chapter}", "time": options.time_min,
-                                  "cpus_per_task": options.cpus_per_task, "use_srun": False,
+                                  "cpus_per_task": options.cpus_per_task,
                                   "signal_delay_s": min(120, max(10, options.time_min * 6))}
     if options.gpus_per_task:
         parameters["gpus_per_task"] = options.gpus_per_task

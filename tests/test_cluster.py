@@ -293,3 +293,11 @@ def test_costs_sum_the_measured_unit_seconds_and_estimate_the_unmeasured_from_th
     table = costs.markdown(costs.cost_table(["chen_levy", "sbsnn_gap", "chen_uci"]))
     assert "| sbsnn_gap | 7 | cpu | 1.75 (est. from 1) | 15.0 |" in table
     assert "| chen_uci | " in table and "not yet measured" in table
+
+
+def test_a_task_cut_by_its_time_limit_is_requeued_with_the_same_unit():
+    """On Slurm's warning signal submitit asks the task's function for its checkpoint and requeues what it returns:
+    the same unit, which then resumes from the checkpoint its fit left in the task's work folder."""
+    args = ("chen_levy", "paper", 0, "cpu", "SP-seed0", "/shared/cluster", 4)
+    again = cluster.UnitTask().checkpoint(*args)
+    assert isinstance(again.function, cluster.UnitTask) and again.args == args
