@@ -12,7 +12,7 @@ MATHJAX := book/_static/mathjax/tex-chtml.js
 # made small convolutions several times slower with 2 threads than with 1.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: book test clean chromium gpu-data
+.PHONY: book test clean chromium slurm gpu-data
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,10 +35,14 @@ book: $(VENV)/.installed $(MATHJAX)
 chromium:
 	@.ci/chromium
 
+# The real-Slurm test's slurm-wlm and munge: installed when missing where possible, else the test skips saying how.
+slurm:
+	@.ci/slurm
+
 # The tests on every core (pytest-xdist), one thread each; the tests that share a costly set-up (the Colab
 # runtime; the smoke book and the chapter runs it reuses) stay together on one worker (WORKER_GROUPS, tests/conftest.py).
 TEST_WORKERS ?= auto
-test: chromium $(VENV)/.installed $(MATHJAX)
+test: chromium slurm $(VENV)/.installed $(MATHJAX)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -n $(TEST_WORKERS)
 
 clean:

@@ -1,6 +1,7 @@
 """Run a chapter with papermill and cache its results with provenance.
 
     python -m gmp.runs CHAPTER --scale paper [--device cuda] [--seed 0] [--jobs 2]
+    python -m gmp.runs CHAPTER --scale paper --executor slurm [--partition P] [--time 4:00:00] [--detach] ...
     python -m gmp.runs CHAPTER --scale paper --verify [--unit KEY]
     python -m gmp.runs CHAPTER --scale paper --restamp [--sample N [--sample-seed S]]
     python -m gmp.runs --same-function MODULE --why TEXT --tests NODEID [NODEID ...]
@@ -15,8 +16,10 @@ untouched, and the journal of finished units (``Store.memo``) lets the next run 
 With ``--jobs N`` (chapters whose experiment module has a ``units`` function: Part I's training
 chapters, the Part III image-fitting chapters and lu_real), N worker processes first journal the chapter's independent units,
 each with its share of the CPU threads, and the notebook then runs from the journal; the
-cache keeps those units (``units.jsonl.gz``). ``--verify``, ``--restamp`` and ``--same-function`` check a
-cache against today's code; they live in :mod:`gmp.verification`, which computes nothing a cache keeps,
+cache keeps those units (``units.jsonl.gz``). With ``--executor slurm`` (or ``local``) the units run instead as
+a Slurm job array (or local processes) through submitit, each task writing its own unit file, which this
+process merges into the journal before the notebook runs (``gmp.cluster``). ``--verify``, ``--restamp`` and
+``--same-function`` check a cache against today's code; they live in :mod:`gmp.verification`, which computes nothing a cache keeps,
 and this command line only hands them their arguments.
 """
 
@@ -43,6 +46,7 @@ from typing import Any
 import torch
 
 import gmp
+from gmp import cluster
 from gmp import config as _config
 from gmp import results as _results
 from gmp import verification
@@ -214,10 +218,11 @@ def _cuda_devices() -> int:
 
 
 def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Path | None = None,
-        kernel: str = "python3", jobs: int = 1) -> Path:
+        kernel: str = "python3", jobs: int = 1, executor: cluster.Options | None = None) -> Path:
     """Execute ``chapter`` at ``scale`` and return the folder its results were cached in.
 
-    ``jobs`` > 1 first journals the chapter's units with that many workers (:func:`gmp.runs.prefill`).
+    ``jobs`` > 1 first journals the chapter's units with that many workers (:func:`gmp.runs.prefill`), an
+    ``executor`` as a Slurm job array or local processes (``gmp.cluster.execute``).
     One run of a chapter at one config runs at a time (``run_lock``). The provenance names the
     code and threads the notebook ran with and how the units' code differs from it (see
     :func:`gmp.results.read_run_records`); the run resumes, caches and removes from the journal only
@@ -231,6 +236,10 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     if jobs < 1:
         raise ValueError(f"--jobs must be at least 1, not {jobs}")
     notebook = chapter_notebook(chapter, root)
+    if executor is not None:
+        if jobs > 1:
+            raise ValueError("--jobs and --executor are two ways to compute the units: give one")
+        cluster.check_chapter(chapter)
     if jobs > 1:
         units_of(chapter)
         _need_locks()
@@ -241,7 +250,7 @@ def run(chapter: str, scale: str, device: str = "auto", seed: int = 0, root: Pat
     journal = results_dir / "_partial" / f"{scale}-{cfg.digest}.jsonl"
     with run_lock(journal):
         return _run_locked(chapter, scale, device, seed, root, kernel, jobs, notebook, cfg, resolved, results_dir,
-                           journal, papermill)
+                           journal, papermill, executor)
 
 
 def _stop(signum, frame):
@@ -249,7 +258,7 @@ def _stop(signum, frame):
 
 
 def _run_locked(chapter, scale, device, seed, root, kernel, jobs, notebook, cfg, resolved, results_dir, journal,
-                papermill) -> Path:
+                papermill, executor=None) -> Path:
     """:func:`run` once it holds the run's lock.
 
     From before its staging folder exists until the cache is in place, SIGTERM (``kill``) raises
@@ -266,10 +275,11 @@ def _run_locked(chapter, scale, device, seed, root, kernel, jobs, notebook, cfg,
         started = time.time()
         resumed = _results.journal_entries(journal)
         _announce_resume(chapter, journal, _results.resumed_code(resumed, chapter))
+        tasks = cluster.execute(executor, chapter, scale, device, seed, journal) if executor else None
         workers = _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, papermill)
         signal.signal(signal.SIGTERM, _stop)  # nbclient set it back to the default when the notebook finished
         return _cache(chapter, scale, device, seed, root, jobs, cfg, resolved, results_dir, journal, staging, failed,
-                      resumed, started, workers)
+                      resumed, started, workers, tasks)
     except BaseException:
         if (staging / notebook.name).is_file():
             failed.parent.mkdir(parents=True, exist_ok=True)
@@ -333,7 +343,7 @@ def _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, pape
 
 
 def _cache(chapter, scale, device, seed, root, jobs, cfg, resolved, results_dir, journal, staging, failed, resumed,
-           started, workers) -> Path:
+           started, workers, tasks=None) -> Path:
     """Write the finished run's provenance and units into ``staging`` and put it in place of the cache."""
     records, used = _results.read_run_records(staging)
     notebook_run = records[0] if records else None
@@ -366,7 +376,8 @@ def _cache(chapter, scale, device, seed, root, jobs, cfg, resolved, results_dir,
         "cpu_map": {"notebook": notebook_run.get("map") if notebook_run else None,
                     "workers": _distinct(record.get("map") for record in workers) if jobs > 1 else None},
         "command": f"python -m gmp.runs {chapter} --scale {scale} --device {device} --seed {seed}"
-                   + (f" --jobs {jobs}" if jobs > 1 else ""),
+                   + (f" --jobs {jobs}" if jobs > 1 else "") + (f" {tasks['options']}" if tasks else ""),
+        "executor": tasks,
         "payload_sha256": _results.payload_hashes(staging),
     }
     _results.atomic_write_json(staging / "provenance.json", provenance)
@@ -449,7 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--since", help="with --same-function: the commit of the module as it was (default: the "
                                         "commit before the rewrite, uncommitted or last committed)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    cluster.add_arguments(parser)
     args = parser.parse_args(argv)
+    try:
+        executor = cluster.options_from(args)
+    except ValueError as err:
+        parser.error(str(err))
+    if executor is not None and (args.same_function or args.verify or args.restamp):
+        parser.error("--executor computes a run's units; --verify, --restamp and --same-function take none")
     if args.same_function is not None:
         return _same_function(parser, args)
     for name in ("why", "tests", "since"):
@@ -501,10 +519,13 @@ def main(argv: list[str] | None = None) -> int:
         _work(args.chapter, args.scale, args.device, seed, index, jobs)
         return 0
     try:
-        final = run(args.chapter, args.scale, args.device, seed, jobs=args.jobs)
+        final = run(args.chapter, args.scale, args.device, seed, jobs=args.jobs, executor=executor)
     except ValueError as err:
         parser.error(str(err))
-    except WorkersFailed as err:
+    except cluster.Detached as err:
+        print(f"gmp.runs: {err}")
+        return 0
+    except (WorkersFailed, cluster.TasksFailed) as err:
         print(f"gmp.runs: {err}", file=sys.stderr)
         return 1
     print(f"gmp.runs: cached {args.chapter} at {args.scale} scale in {final}")

@@ -27,11 +27,13 @@ def pytest_report_header(config):
 
 
 # Tests that share a costly set-up run on one pytest-xdist worker, in collection order: the Colab runtime
-# (tests/test_colab.py), and the smoke book, whose build reuses the chapter smoke runs through its execution cache
+# (tests/test_colab.py), the single-node Slurm cluster (tests/test_cluster.py), and the smoke book, whose build reuses the chapter smoke runs through its execution cache
 # (tests/test_book.py after tests/test_chapters.py's smoke runs).
 WORKER_GROUPS = {
     "colab": ("tests/test_colab.py::",),
     "smoke-book": ("tests/test_chapters.py::test_chapter_runs_at_smoke_scale[", "tests/test_book.py::"),
+    "slurm": ("tests/test_cluster.py::test_slurm_detached_array_assembles_the_cache_a_local_run_assembles_without_sacct",
+              "tests/test_cluster.py::test_slurm_a_cancelled_array_resumes_with_only_its_missing_units"),
 }
 
 

@@ -39,6 +39,19 @@ def test_make_test_checks_chromium_before_installing_or_testing():
     assert done.stdout.splitlines()[0] == ".ci/chromium"
 
 
+def test_make_test_installs_slurm_for_the_real_slurm_test_after_chromium():
+    done = _make("-n", "test")
+    assert done.stdout.splitlines()[:2] == [".ci/chromium", ".ci/slurm"]
+
+
+def test_missing_slurm_is_no_error_but_names_the_command_that_installs_it():
+    """Not root, without slurm-wlm's daemons on PATH: .ci/slurm says how to install them and lets the suite run (the
+    real-Slurm test then skips, saying the same)."""
+    done = _make("slurm", env={"PATH": "/usr/bin:/bin"}, unprivileged=True)
+    assert done.returncode == 0
+    assert "sudo apt-get install slurm-wlm munge" in done.stderr and "it skips without them" in done.stderr
+
+
 def test_make_test_runs_on_every_core_keeping_the_tests_that_share_a_set_up_on_one_worker():
     """``make test`` runs pytest-xdist workers (one thread each); the groups of conftest.WORKER_GROUPS name tests
     that exist, so that the Colab runtime is installed once and the smoke book reuses the chapter smoke runs."""

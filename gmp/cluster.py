@@ -1,0 +1,518 @@
+"""A chapter's units as a Slurm job array, or as local processes, through ``submitit``.
+
+    python -m gmp.runs CHAPTER --scale paper --executor slurm [--partition P] [--time 4:00:00]
+        [--cpus-per-task 4] [--gpus-per-task 1] [--mem 16G] [--account A] [--array-parallelism 32] [--detach]
+    python -m gmp.runs CHAPTER --scale paper --executor local [--cpus-per-task 1] [--array-parallelism 2]
+
+The runner (:func:`gmp.runs.run`, holding the chapter's run lock) calls :func:`execute` where ``--jobs`` would
+start its workers. It plans the units that neither the journal, the current cache nor a finished unit file
+holds (:func:`plan`) and submits them as one array, one task per unit (``submitit``'s ``map_array`` of
+:class:`UnitTask`). Each task computes its unit with ``Store.memo`` in a private folder and writes only its
+own unit file (a temporary file, then a rename) under ``<journal>/cluster/units/`` on the shared filesystem;
+the driver, the only writer of the journal, merges the unit files into it (:func:`merge`) and the runner then
+assembles the cache as without an executor. The driver waits on the unit files and ``squeue`` (or, locally,
+the processes), never on ``sacct``: a cluster without accounting works. A task that ends without its unit
+file is named with its log; the units that finished are merged all the same, and a rerun submits only the
+rest. ``--detach`` submits the array and an assembling job that depends on it (``afterok``) and returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from gmp import config as _config
+from gmp import results as _results
+from gmp.provenance import device_name, precision, units_of
+
+EXECUTORS = ("slurm", "local")
+"""The executors of ``--executor``: Slurm's job arrays, or processes on this machine (submitit's local executor)."""
+FOLDER = "cluster"
+"""The folder, inside a run's scratch folder beside its journal, of the executor's unit files, work and logs."""
+
+
+DEPENDENT_UNITS = {
+    "lu_real": "its units are the epochs of each network, each resuming from the network's checkpoint after the "
+               "epoch before, so they cannot run as independent tasks: train it with python -m gmp.gpu (whole "
+               "networks, stacked) or python -m gmp.runs lu_real --jobs N on one machine",
+}
+"""Chapters with units that are not independent, and why: ``--executor`` refuses them."""
+
+
+class Detached(Exception):
+    """``--detach`` submitted the work and returns: the message says what runs and where the cache will be."""
+
+
+class TasksFailed(RuntimeError):
+    """Some tasks ended without their unit file; the message names each with its log. The others are merged."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What ``--executor`` and the cluster options of ``python -m gmp.runs`` ask for (see :func:`add_arguments`)."""
+
+    executor: str
+    partition: str | None = None
+    time_min: int = 60
+    cpus_per_task: int = 1
+    gpus_per_task: int = 0
+    mem_gb: float | None = None
+    account: str | None = None
+    array_parallelism: int | None = None
+    detach: bool = False
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"--executor is one of {', '.join(EXECUTORS)}, not {self.executor!r}")
+        if self.detach and self.executor != "slurm":
+            raise ValueError("--detach submits a Slurm job that assembles the cache later: it goes with --executor slurm")
+        for name in ("cpus_per_task", "array_parallelism"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
+        if self.gpus_per_task < 0:
+            raise ValueError(f"--gpus-per-task must be 0 or more, not {self.gpus_per_task}")
+
+    def flags(self) -> str:
+        """The options as command-line flags, for the provenance's command."""
+        values = {"--executor": self.executor, "--partition": self.partition, "--time": self.time_min,
+                  "--cpus-per-task": self.cpus_per_task, "--gpus-per-task": self.gpus_per_task or None,
+                  "--mem": f"{self.mem_gb:g}G" if self.mem_gb else None, "--account": self.account,
+                  "--array-parallelism": self.array_parallelism}
+        return " ".join(f"{k} {v}" for k, v in values.items() if v is not None) + (" --detach" if self.detach else "")
+
+
+def time_minutes(text: str) -> int:
+    """Slurm's time limit (``--time``: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``) in whole minutes,
+    rounded up; a ValueError naming the forms for anything else."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
+    if not match:
+        raise ValueError(f"--time {text!r} is not a Slurm time limit: give minutes (90), H:M:S (1:30:00) or D-H:M "
+                         "(1-12:00)")
+    days, first, second, third = (int(g) if g else None for g in match.groups())
+    if days is not None:  # D-H[:M[:S]]
+        seconds = days * 86400 + first * 3600 + (second or 0) * 60 + (third or 0)
+    elif third is not None:  # H:M:S
+        seconds = first * 3600 + second * 60 + third
+    elif second is not None:  # M:S
+        seconds = first * 60 + second
+    else:
+        seconds = first * 60
+    if seconds <= 0:
+        raise ValueError(f"--time {text!r} is no time at all")
+    return -(-seconds // 60)
+
+
+def memory_gb(text: str) -> float:
+    """Slurm's ``--mem`` (a number with an optional K, M, G or T suffix, megabytes without one) in GB."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)B?", text.strip().upper())
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"--mem {text!r} is not an amount of memory: give e.g. 16G or 4000M")
+    return float(match.group(1)) * {"K": 2**-20, "M": 2**-10, "": 2**-10, "G": 1, "T": 2**10}[match.group(2)]
+
+
+def add_arguments(parser: Any) -> None:
+    """The options of ``--executor`` on the runner's command line (``parser``, an ``argparse`` parser)."""
+    group = parser.add_argument_group("running the units on a Slurm cluster or as local processes (submitit)")
+    group.add_argument("--executor", choices=EXECUTORS, help="compute the chapter's units as a Slurm job array (slurm) "
+                       "or as processes on this machine (local), each writing its own unit file, then assemble the "
+                       "cache here (chapters with units)")
+    group.add_argument("--partition", help="Slurm partition of the array (default: the cluster's)")
+    group.add_argument("--time", help="time limit of each task, in Slurm's forms (90, 1:30:00, 1-12:00; default 60 "
+                                      "minutes); a unit cut by it is requeued and resumes from its checkpoint")
+    group.add_argument("--cpus-per-task", type=int, help="CPU cores of each task, and its torch threads (default 1)")
+    group.add_argument("--gpus-per-task", type=int, help="GPUs of each task (default 0); use with --device cuda")
+    group.add_argument("--mem", help="memory of each task, in Slurm's form (16G, 4000M; default: the partition's)")
+    group.add_argument("--account", help="Slurm account to charge (default: yours)")
+    group.add_argument("--array-parallelism", type=int, help="most tasks running at once (default: Slurm's limit; "
+                                                             "local: the cores over --cpus-per-task)")
+    group.add_argument("--detach", action="store_true", help="with --executor slurm: submit the array and a job that "
+                       "assembles the cache once every task succeeded (afterok), and return")
+
+
+CLUSTER_ARGUMENTS = ("partition", "time", "cpus_per_task", "gpus_per_task", "mem", "account", "array_parallelism")
+
+
+def options_from(args: Any) -> Options | None:
+    """The :class:`Options` of parsed arguments ``args``, None without ``--executor``; a ValueError for a cluster
+    option without ``--executor`` or an invalid one."""
+    given = [name for name in CLUSTER_ARGUMENTS if getattr(args, name) is not None] + ["detach"] * args.detach
+    if args.executor is None:
+        if given:
+            raise ValueError(f"--{given[0].replace('_', '-')} goes with --executor slurm (or local)")
+        return None
+    return Options(args.executor, partition=args.partition,
+                   time_min=60 if args.time is None else time_minutes(args.time),
+                   cpus_per_task=1 if args.cpus_per_task is None else args.cpus_per_task,
+                   gpus_per_task=0 if args.gpus_per_task is None else args.gpus_per_task,
+                   mem_gb=None if args.mem is None else memory_gb(args.mem), account=args.account,
+                   array_parallelism=args.array_parallelism, detach=args.detach)
+
+
+def unit_file_name(key: str) -> str:
+    """The name of the unit file of ``key``: the key made safe for a file name, and a hash of it that keeps two
+    keys apart which the first part would merge."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)[:80]
+    return f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:8]}.jsonl"
+
+
+def cluster_folder(journal: Path) -> Path:
+    """The executor's folder of the run whose journal is ``journal`` (in the run's scratch folder)."""
+    return journal.with_suffix("") / FOLDER
+
+
+class UnitTask(submitit.helpers.Checkpointable):
+    """One task of the array: compute one unit and write its unit file (submitit pickles this by reference).
+
+    The unit is computed by ``Store.memo`` under a private staging folder ``<folder>/work/<unit>/``, so that its
+    journal line (code, threads, seconds) is the one a run on one machine writes and its checkpoint
+    (``store.scratch``) stays in one place across requeues: on the time-limit signal submitit calls
+    :meth:`checkpoint` (inherited), which requeues the same call, and the unit resumes from its checkpoint.
+    The line, with the node, device and precision added, is written to ``<folder>/units/`` atomically."""
+
+    def __call__(self, chapter: str, scale: str, seed: int, device: str, key: str, folder: str, threads: int) -> str:
+        import torch
+
+        given = os.environ.get("SLURM_CPUS_PER_TASK", "")
+        torch.set_num_threads(int(given) if given.isdigit() and int(given) > 0 else threads)  # not every core
+        folder_path = Path(folder)
+        name = unit_file_name(key)
+        work = folder_path / "work" / name.removesuffix(".jsonl")
+        cfg = _config.load(chapter, scale)
+        resolved = _config.resolve_device(device)
+        previous = os.environ.get(_results.STAGING_ENV)
+        os.environ[_results.STAGING_ENV] = str(work / ".staging")
+        try:
+            store = _results.Store(chapter, cfg)
+            shared = journal_scratch(folder_path, store, key)
+            if shared.is_file() and not store.scratch(key).exists():  # a run on one machine got this far
+                store.scratch(key).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(shared, store.scratch(key))
+            store.memo(key, units_of(chapter)(cfg, store, seed, resolved)[key])
+            entries = [e for e in _results.journal_entries(store._journal_path) if e["key"] == key]
+        finally:
+            if previous is None:
+                os.environ.pop(_results.STAGING_ENV, None)
+            else:
+                os.environ[_results.STAGING_ENV] = previous
+        job = os.environ.get("SLURM_ARRAY_JOB_ID")
+        where = {"node": platform.node(), "device": device_name(resolved), "precision": precision(),
+                 "task": f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if job else f"local {os.getpid()}"}
+        line = json.dumps({**_results.with_code(entries[-1:], entries)[0], **where}) + "\n"
+        _results.atomic_write_bytes(folder_path / "units" / name, line.encode())
+        shutil.rmtree(work, ignore_errors=True)
+        return key
+
+
+def journal_scratch(folder: Path, store: Any, key: str) -> Path:
+    """Where a run on one machine checkpoints ``key`` (beside the journal, ``folder``'s parent): a task resumes from it."""
+    return folder.parent / store.scratch(key).name
+
+
+def unit_keys(chapter: str, cfg: Any, seed: int) -> list[str]:
+    """The keys of the chapter's units under ``cfg``, in order (its ``units_keys`` where it has one, else the keys
+    of its ``units``, built outside any run so that nothing is recorded)."""
+    experiment = _config.experiment(chapter)
+    if hasattr(experiment, "units_keys"):
+        return list(experiment.units_keys(cfg, seed))
+    previous = os.environ.pop(_results.STAGING_ENV, None)
+    try:
+        return list(units_of(chapter, "for --executor")(cfg, _results.Store(chapter, cfg), seed, "cpu"))
+    finally:
+        if previous is not None:
+            os.environ[_results.STAGING_ENV] = previous
+
+
+def merge(journal: Path) -> list[str]:
+    """Append the finished unit files of the run of ``journal`` to it (the driver is its only writer) and remove
+    them; the keys added. A unit the journal holds already is not added twice; a damaged unit file (cut short,
+    not an entry) is left where it is, with a warning, and its unit counts as missing."""
+    paths = sorted((cluster_folder(journal) / "units").glob("*.jsonl"))
+    if not paths:
+        return []
+    have = set(_results.journal_units(journal))
+    added, lines, merged = [], [], []
+    for path in paths:
+        entries = _results.journal_entries(path)
+        if len(entries) != 1:
+            print(f"gmp.runs: WARNING: {path} is not one journal entry; left there, its unit is computed again",
+                  file=sys.stderr)
+            continue
+        merged.append(path)
+        if entries[0]["key"] not in have:
+            have.add(entries[0]["key"])
+            added.append(entries[0]["key"])
+            lines.append(json.dumps(entries[0]))
+    if lines:
+        _results.append_journal(journal, lines)
+    for path in merged:
+        path.unlink(missing_ok=True)
+    return added
+
+
+def _cached_units(chapter: str, scale: str, cfg: Any, seed: int) -> list[dict[str, Any]]:
+    """The unit entries of the chapter's cache at ``scale`` when it was computed with ``cfg`` and ``seed``."""
+    import gzip
+
+    root = _results.results_root()
+    folder = root / chapter / scale if root else None
+    if folder is None or not (folder / "units.jsonl.gz").is_file() or not (folder / "provenance.json").is_file():
+        return []
+    provenance = json.loads((folder / "provenance.json").read_text())
+    if provenance.get("config_digest") != cfg.digest or provenance.get("seed") != seed:
+        return []
+    lines = gzip.decompress((folder / "units.jsonl.gz").read_bytes()).decode().splitlines()
+    return [entry for line in lines if line and not _results.entry_problem(entry := json.loads(line))]
+
+
+def plan(chapter: str, scale: str, seed: int, journal: Path, busy: Sequence[str] = ()) -> list[str]:
+    """The units of the run of ``journal`` to submit, in the chapter's order: those that neither the journal, a
+    finished unit file (merged first, :func:`merge`), nor ``busy`` (tasks still queued or running) holds. The
+    units of the chapter's cache of the same config and seed are journalled first, so they count as held."""
+    cfg = _config.load(chapter, scale)
+    merge(journal)
+    have = set(_results.journal_units(journal))
+    cached = [entry for entry in _cached_units(chapter, scale, cfg, seed) if entry["key"] not in have]
+    if cached:
+        _results.append_journal(journal, [json.dumps(entry) for entry in cached])
+        have |= {entry["key"] for entry in cached}
+    return [key for key in unit_keys(chapter, cfg, seed) if key not in have and key not in busy]
+
+
+@dataclasses.dataclass
+class Task:
+    """A submitted task: its unit, its id (``<array>_<index>`` on Slurm) and where submitit writes its log and result."""
+
+    key: str
+    id: str
+    log: str
+    result: str
+
+
+def _executor(options: Options, logs: Path, chapter: str, dependency: str | None = None,
+              name: str | None = None) -> submitit.Executor:
+    if options.executor == "local":
+        executor = submitit.LocalExecutor(folder=logs)
+        executor.update_parameters(timeout_min=options.time_min, gpus_per_node=options.gpus_per_task)
+        return executor
+    executor = submitit.SlurmExecutor(folder=logs)
+    parameters: dict[str, Any] = {"job_name": name or f"gmp-{chapter}", "time": options.time_min,
+                                  "cpus_per_task": options.cpus_per_task,
+                                  "signal_delay_s": min(120, max(10, options.time_min * 6))}
+    if options.gpus_per_task:
+        parameters["gpus_per_task"] = options.gpus_per_task
+    for key, value in (("partition", options.partition), ("account", options.account), ("dependency", dependency)):
+        if value:
+            parameters[key] = value
+    if options.mem_gb:
+        parameters["mem"] = f"{max(1, round(options.mem_gb * 1024))}M"
+    if options.array_parallelism:
+        parameters["array_parallelism"] = options.array_parallelism
+    executor.update_parameters(**parameters)
+    return executor
+
+
+def submit(options: Options, chapter: str, scale: str, seed: int, device: str, journal: Path,
+           keys: Sequence[str]) -> tuple[list[Task], list[Any]]:
+    """Submit one task per unit of ``keys`` (one array on Slurm), each with ``options.cpus_per_task`` threads, and
+    record them in ``submitted.json``; the tasks and submitit's jobs."""
+    folder = cluster_folder(journal)
+    logs = folder / "logs"
+    n = len(keys)
+    try:
+        jobs = _executor(options, logs, chapter).map_array(
+            UnitTask(), [chapter] * n, [scale] * n, [seed] * n, [device] * n, list(keys), [str(folder)] * n,
+            [options.cpus_per_task] * n)
+    except (submitit.core.utils.FailedJobError, RuntimeError) as err:  # no srun, or sbatch refused the array
+        raise ValueError(f"--executor {options.executor} could not submit the units of {chapter}: "
+                         f"{' '.join(str(err).split())}. On a cluster, run it where sbatch and srun work (a login "
+                         "node); elsewhere use --executor local") from None
+    tasks = [Task(key, str(job.job_id), str(job.paths.stderr), str(job.paths.result_pickle))
+             for key, job in zip(keys, jobs)]
+    _record(folder, tasks)
+    return tasks, jobs
+
+
+def _record(folder: Path, tasks: Sequence[Task]) -> None:
+    """Add ``tasks`` to ``folder/submitted.json``: a rerun waits on those still queued or running."""
+    path = folder / "submitted.json"
+    known = json.loads(path.read_text()) if path.is_file() else []
+    known += [dataclasses.asdict(task) for task in tasks]
+    _results.atomic_write_json(path, known)
+
+
+def submitted(folder: Path) -> list[Task]:
+    """The tasks recorded in ``folder/submitted.json``."""
+    path = folder / "submitted.json"
+    return [Task(**task) for task in json.loads(path.read_text())] if path.is_file() else []
+
+
+SQUEUE_TRIES = 5
+
+
+def queued(ids: Sequence[str]) -> set[str]:
+    """Which of the Slurm task ids ``ids`` (``<array>_<index>`` or a job id) ``squeue`` still lists (queued,
+    running, completing or requeued); a RuntimeError naming ``squeue``'s complaint when it fails
+    :data:`SQUEUE_TRIES` times in a row."""
+    arrays = sorted({i.split("_")[0] for i in ids})
+    if not arrays:
+        return set()
+    for attempt in range(SQUEUE_TRIES):
+        done = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(arrays)], capture_output=True,
+                              text=True)
+        if done.returncode == 0:
+            listed = set(done.stdout.split())
+            return {i for i in ids if i in listed}
+        if "Invalid job id" in done.stderr:  # every job has left the queue (MinJobAge passed)
+            return set()
+        time.sleep(2**attempt)
+    raise RuntimeError(f"squeue failed {SQUEUE_TRIES} times ({done.stderr.strip()}): is the Slurm controller "
+                       "reachable? The tasks go on; rerun the same command to wait for them and assemble the cache")
+
+
+def _ended_why(task: Task, units: Path) -> str:
+    """What became of a task that left the queue without its unit file, read from submitit's result file and log."""
+    result = Path(task.result)
+    tail = ""
+    with contextlib.suppress(OSError):
+        lines = [line for line in Path(task.log).read_text(errors="replace").splitlines() if line.strip()]
+        tail = f"; its log ends: {lines[-1].strip()[:300]}" if lines else ""
+    if result.is_file():
+        with contextlib.suppress(Exception):
+            outcome, value = submitit.core.utils.pickle_load(result)
+            if outcome == "success":
+                return (f"finished, yet its unit file {units / unit_file_name(task.key)} is not there: is "
+                        f"{units} on a filesystem that every node shares? (log: {task.log})")
+            return f"failed: {str(value).strip().splitlines()[-1][:300] if str(value).strip() else outcome} (log: {task.log})"
+    return (f"ended without a result (cancelled, out of time or memory, or its node failed): see its log "
+            f"{task.log}{tail}")
+
+
+def wait(options: Options, tasks: Sequence[Task], journal: Path, jobs: Sequence[Any] = (),
+         poll: Callable[[int], float] = lambda n: min(30.0, 1.5**n)) -> list[Task]:
+    """Wait until every task in ``tasks`` has written its unit file or left the queue, merging unit files into
+    ``journal`` as they come (looked for every second); the tasks that ended without their unit file. Whether a
+    task is still queued or running is asked less often, after ``poll(n)`` seconds the ``n``-th time (Slurm:
+    ``squeue``, at most every 30 s by default; local: the processes of ``jobs``)."""
+    local = {str(job.job_id): job for job in jobs}
+    left = {task.id: task for task in tasks}
+    have = set(_results.journal_units(journal))
+    failed: list[Task] = []
+    checks, ask = 0, time.monotonic() + poll(0)
+    while left:
+        have |= set(merge(journal))
+        for task in [t for t in left.values() if t.key in have]:
+            del left[task.id]
+        if left and time.monotonic() >= ask:
+            running = queued(list(left)) if options.executor == "slurm" else {
+                i for i in left if i in local and not local[i].done()}
+            have |= set(merge(journal))  # a task that wrote its file and left the queue since the first look
+            for task_id in [i for i in left if i not in running]:
+                task = left.pop(task_id)
+                if task.key not in have:
+                    failed.append(task)
+            checks += 1
+            ask = time.monotonic() + poll(checks)
+        if left:
+            time.sleep(1.0)
+    return failed
+
+
+def check_chapter(chapter: str) -> None:
+    """A ValueError unless ``chapter`` splits into independent units that ``--executor`` can run as tasks."""
+    units_of(chapter, "for --executor")
+    if chapter in DEPENDENT_UNITS:
+        raise ValueError(f"--executor runs each unit as its own task, and {chapter} cannot: {DEPENDENT_UNITS[chapter]}")
+
+
+def assemble_command(chapter: str, scale: str, device: str, seed: int, options: Options) -> list[str]:
+    """The command of ``--detach``'s assembling job: this run without ``--detach``, with the task's threads."""
+    undetached = dataclasses.replace(options, detach=False)
+    return ["env", f"OMP_NUM_THREADS={options.cpus_per_task}", sys.executable, "-m", "gmp.runs", chapter,
+            "--scale", scale, "--device", device, "--seed", str(seed), *undetached.flags().split()]
+
+
+def execute(options: Options, chapter: str, scale: str, device: str, seed: int, journal: Path) -> dict[str, Any]:
+    """The executor's part of a run of ``chapter`` (called by :func:`gmp.runs.run` under the run's lock): merge
+    finished unit files, submit the missing units (a unit whose task of an earlier submission is still queued or
+    running is waited for instead), wait and merge; what it did, for the provenance (``journalled_units``: the
+    units it added to the journal, from unit files, an earlier submission's too, and from a cache of the same
+    config). A :class:`TasksFailed` names
+    each task that ended without its unit file, once all have ended. With ``options.detach``, submit the array
+    and a job that runs :func:`assemble_command` once it succeeded, and raise :class:`Detached`."""
+    check_chapter(chapter)
+    folder = cluster_folder(journal)
+    before = set(_results.journal_units(journal))
+    earlier = [t for t in submitted(folder) if t.key not in before]
+    busy = queued([t.id for t in earlier]) if options.executor == "slurm" else set()
+    waiting = [t for t in earlier if t.id in busy]
+    keys = plan(chapter, scale, seed, journal, busy=[t.key for t in waiting])
+    started = time.time()
+    tasks: list[Task] = []
+    failed: list[Task] = []
+    if waiting:
+        print(f"gmp.runs: {len(waiting)} units of {chapter} are still queued or running from an earlier submission; "
+              f"waiting for them", file=sys.stderr)
+    # submitit's local executor starts every task of an array at once: locally, a chunk at a time
+    chunk = max(1, len(keys)) if options.executor == "slurm" else options.array_parallelism or max(
+        1, len(os.sched_getaffinity(0)) // options.cpus_per_task)
+    for start in range(0, len(keys), chunk):
+        new, jobs = submit(options, chapter, scale, seed, device, journal, keys[start:start + chunk])
+        tasks += new
+        print(f"gmp.runs: submitted {len(new)} units of {chapter} as "
+              f"{'Slurm array ' + new[0].id.split('_')[0] if options.executor == 'slurm' else 'local processes'} "
+              f"(logs in {folder / 'logs'})", file=sys.stderr)
+        if options.executor == "local":
+            failed += wait(options, new, journal, jobs)
+    if options.detach:
+        arrays = sorted({t.id.split("_")[0] for t in waiting + tasks})
+        if not arrays:
+            raise ValueError(f"--detach: every unit of {chapter} is journalled already; run without --detach to "
+                             "assemble the cache now")
+        job = _executor(options, folder / "logs", chapter, dependency="afterok:" + ":".join(arrays),
+                        name=f"gmp-{chapter}-assemble").submit(submitit.helpers.CommandFunction(
+                            assemble_command(chapter, scale, device, seed, options), cwd=Path.cwd()))
+        raise Detached(f"submitted {len(keys)} units of {chapter} as Slurm array {', '.join(arrays)} and the job "
+                       f"{job.job_id} that assembles the cache once they all succeed (afterok): follow them with "
+                       f"squeue; the logs are in {folder / 'logs'}")
+    if options.executor == "slurm":
+        failed += wait(options, waiting + tasks, journal)
+    if failed:
+        units = folder / "units"
+        raise TasksFailed(f"{len(failed)} of {len(waiting) + len(tasks)} tasks of {chapter} ended without their unit "
+                          f"file:\n  " + "\n  ".join(f"unit {t.key!r} (task {t.id}) {_ended_why(t, units)}"
+                                                     for t in failed)
+                          + "\nThe units that finished are journalled; rerun the same command to submit only the rest")
+    _clean(folder)
+    return {"executor": options.executor, "options": options.flags(), "submitted_units": len(keys),
+            "waited_units": len(waiting), "journalled_units": len(set(_results.journal_units(journal)) - before),
+            "tasks_wall_s": round(time.time() - started, 1)}
+
+
+def _clean(folder: Path) -> None:
+    """Remove the executor's ``folder`` once its units are journalled, but for the log of the Slurm job this runs in
+    (``--detach``'s assembling job, which submitit still writes to)."""
+    own = os.environ.get("SLURM_JOB_ID")
+    for path in sorted(folder.glob("*")) + sorted(folder.glob("logs/*")):
+        if path.name == "logs" or (own and path.parent.name == "logs" and path.name.startswith(f"{own}_")):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    for path in (folder / "logs", folder):
+        with contextlib.suppress(OSError):
+            path.rmdir()
