@@ -33,7 +33,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import submitit
 
 from gmp import config as _config
 from gmp import results as _results
@@ -174,13 +173,13 @@ def cluster_folder(journal: Path) -> Path:
     return journal.with_suffix("") / FOLDER
 
 
-class UnitTask(submitit.helpers.Checkpointable):
+class UnitTask:
     """One task of the array: compute one unit and write its unit file (submitit pickles this by reference).
 
     The unit is computed by ``Store.memo`` under a private staging folder ``<folder>/work/<unit>/``, so that its
     journal line (code, threads, seconds) is the one a run on one machine writes and its checkpoint
     (``store.scratch``) stays in one place across requeues: on the time-limit signal submitit calls
-    :meth:`checkpoint` (inherited), which requeues the same call, and the unit resumes from its checkpoint.
+    :meth:`checkpoint`, which requeues the same call, and the unit resumes from its checkpoint.
     The line, with the node, device and precision added, is written to ``<folder>/units/`` atomically."""
 
     def __call__(self, chapter: str, scale: str, seed: int, device: str, key: str, folder: str, threads: int) -> str:
@@ -215,6 +214,13 @@ class UnitTask(submitit.helpers.Checkpointable):
         _results.atomic_write_bytes(folder_path / "units" / name, line.encode())
         shutil.rmtree(work, ignore_errors=True)
         return key
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """What submitit calls on the time-limit signal: the same call again (``submitit.helpers.Checkpointable``'s
+        rule), to be requeued."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
 def journal_scratch(folder: Path, store: Any, key: str) -> Path:
@@ -303,7 +309,9 @@ class Task:
 
 
 def _executor(options: Options, logs: Path, chapter: str, dependency: str | None = None,
-              name: str | None = None) -> submitit.Executor:
+              name: str | None = None) -> Any:
+    import submitit
+
     if options.executor == "local":
         executor = submitit.LocalExecutor(folder=logs)
         executor.update_parameters(timeout_min=options.time_min, gpus_per_node=options.gpus_per_task)
@@ -329,6 +337,8 @@ def submit(options: Options, chapter: str, scale: str, seed: int, device: str, j
            keys: Sequence[str]) -> tuple[list[Task], list[Any]]:
     """Submit one task per unit of ``keys`` (one array on Slurm), each with ``options.cpus_per_task`` threads, and
     record them in ``submitted.json``; the tasks and submitit's jobs."""
+    import submitit
+
     folder = cluster_folder(journal)
     logs = folder / "logs"
     n = len(keys)
@@ -385,6 +395,8 @@ def queued(ids: Sequence[str]) -> set[str]:
 
 def _ended_why(task: Task, units: Path) -> str:
     """What became of a task that left the queue without its unit file, read from submitit's result file and log."""
+    import submitit
+
     result = Path(task.result)
     tail = ""
     with contextlib.suppress(OSError):
@@ -453,6 +465,8 @@ def execute(options: Options, chapter: str, scale: str, device: str, seed: int, 
     config). A :class:`TasksFailed` names
     each task that ended without its unit file, once all have ended. With ``options.detach``, submit the array
     and a job that runs :func:`assemble_command` once it succeeded, and raise :class:`Detached`."""
+    import submitit
+
     check_chapter(chapter)
     folder = cluster_folder(journal)
     before = set(_results.journal_units(journal))

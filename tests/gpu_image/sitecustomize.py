@@ -6,7 +6,7 @@ run under it."""
 import sys
 
 ABSENT = frozenset({"IPython", "ipykernel", "papermill", "nbformat", "nbclient", "nbconvert", "jupytext", "myst_nb",
-                    "myst_parser", "sphinx", "jupyter_book"})
+                    "myst_parser", "sphinx", "jupyter_book", "submitit"})
 
 
 class Blocker:
