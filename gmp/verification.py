@@ -312,7 +312,21 @@ def restamp(chapter: str, scale: str = "paper", sample: int | None = None, sampl
     largest difference; the page then compares today's code with that fingerprint, not the run's
     (:func:`gmp.results.cached`). The first unit that differs raises :class:`RestampRefused` naming it and
     where it differs, and nothing is written. Returns the evidence.
+
+    It holds the lock of the chapter's run at this config (:func:`gmp.runs.run_lock`) throughout, or is refused
+    naming the run that holds it: a re-stamp beside a run would write the old run's provenance into the folder
+    the run just replaced.
     """
+    from gmp.runs import run_lock
+
+    journal = _results.journal_path(chapter, scale, _config.load(chapter, scale).digest)
+    with run_lock(journal) if journal is not None else contextlib.nullcontext():
+        return _restamp(chapter, scale, sample, sample_seed, device, root)
+
+
+def _restamp(chapter: str, scale: str, sample: int | None, sample_seed: int, device: str,
+             root: Path | None) -> dict[str, Any]:
+    """:func:`restamp` once it holds the run's lock."""
     units = units_of(chapter, "to recompute, so it cannot be re-stamped (rerun it instead)")
     folder, provenance, entries = _cached_run(chapter, scale, "re-stamp")
     if provenance.get("config_digest") != _config.load(chapter, scale).digest:

@@ -863,3 +863,57 @@ def test_a_record_lapses_with_the_modules_added_for_its_module_not_with_those_of
         "added.py", "sub/__init__.py", "sub/x.py"]  # and not verification.py, which counts for no chapter
     assert verification._added_imports(package / "a.py", package, [replaced, plain]) == [
         "added.py", "sub/__init__.py", "sub/x.py"]  # lacking in one fingerprint is enough
+
+
+def test_a_re_stamp_is_refused_while_a_run_of_the_chapter_holds_its_lock(book):
+    """Issue #48: ``--restamp`` took no lock, so a re-stamp racing a run wrote the old run's provenance into the
+    folder the run had just replaced (the new cache then read "corrupt")."""
+    values = {"a": [1.0, 2.0], "b": [3.0, 4.0]}
+    _with_units(values)
+    folder = _cache_with_units(book, values)
+    before = (folder / "provenance.json").read_bytes()
+    journal = results.journal_path("fake_chapter", "smoke", config.load("fake_chapter", "smoke").digest)
+    with runs.run_lock(journal):
+        with pytest.raises(ValueError, match=rf"another gmp.runs .*\(pid {os.getpid()} on "):
+            verification.restamp("fake_chapter", "smoke", device="cpu")
+    assert (folder / "provenance.json").read_bytes() == before
+    assert verification.restamp("fake_chapter", "smoke", device="cpu")["units"] == 2  # once the run has ended
+    assert not journal.parent.exists()  # the lock's folder goes with it
+
+
+def test_a_kernel_whose_runner_was_killed_journals_nothing_more(book, monkeypatch):
+    """Issue #48: after ``kill -9`` of the runner, its orphaned kernel went on journalling units without the run's
+    lock (2 lines became 7). A process under a run whose runner (the pid ending its staging folder's name) has
+    ended refuses to journal."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    staging = book / "book" / "_results" / "fake_chapter" / f".staging-smoke-{gone.pid}"
+    monkeypatch.setenv(results.STAGING_ENV, str(staging))
+    store = results.Store("fake_chapter", config.load("fake_chapter", "smoke"))
+    with pytest.raises(RuntimeError, match=rf"the gmp.runs that started this process \(pid {gone.pid}, .*journals "
+                                           "nothing more"):
+        store.memo("a-0", lambda: 1)
+    assert results.journal_entries(store._journal_path) == []
+    monkeypatch.setenv(results.STAGING_ENV, str(staging.with_name(f".staging-smoke-{os.getpid()}")))
+    assert results.Store("fake_chapter", config.load("fake_chapter", "smoke")).memo("a-0", lambda: 1) == 1
+
+
+def test_a_relative_gmp_data_and_gmp_kernels_reach_the_kernel_resolved_from_where_the_run_started(book, monkeypatch):
+    """Issue #48: a relative ``GMP_DATA`` was resolved from the notebook's folder (``book/part1``), failed, and created
+    ``book/shared/data/`` inside the repository; a relative ``GMP_KERNELS`` made every build fail."""
+    seen = {}
+
+    def execute_notebook(source, target, cwd, **kwargs):
+        seen.update({name: os.environ.get(name) for name in ("GMP_DATA", "GMP_KERNELS")}, cwd=cwd)
+
+    monkeypatch.chdir(book)
+    monkeypatch.setenv("GMP_DATA", "../shared/data")
+    monkeypatch.setenv("GMP_KERNELS", "kernels")
+    notebook = book / "book" / "part9" / "fake_chapter.ipynb"
+    runs._execute("fake_chapter", "smoke", "cpu", 0, "python3", 1, notebook, book / "staging",
+                  types.SimpleNamespace(execute_notebook=execute_notebook))
+    assert seen == {"GMP_DATA": str(book.parent / "shared" / "data"), "GMP_KERNELS": str(book / "kernels"),
+                    "cwd": str(notebook.parent)}
+    assert os.environ["GMP_DATA"] == "../shared/data"  # the runner's own environment is set back
+    from gmp.data import _fetch
+    assert _fetch.data_root() == book.parent / "shared" / "data"
