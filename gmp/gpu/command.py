@@ -47,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("--seconds", type=float, required=True, help="time until the deadline")
         parser.add_argument("--seed", type=int, default=0)
         args = parser.parse_args(argv[1:])
+        write_json(args.out / "gpu.json", environment(args.device))  # what merge reads the units' device from
         compute_units(args.out, args.chapter, args.scale, args.device, time.monotonic() + args.seconds, args.seed)
         return 0
     if argv[:1] == ["stacked"]:
@@ -60,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--probe-only", action="store_true", help="predict each queue's time; train nothing")
         args = parser.parse_args(argv[1:])
+        write_json(args.out / "gpu.json", environment(args.device))
         compute_units_stacked(args.out, args.chapters, args.scale, args.device, time.monotonic() + args.seconds,
                               args.seed, args.probe_only)
         return 0
@@ -67,7 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu merge", description=merge.__doc__.split("\n")[0])
         parser.add_argument("out", type=Path)
         args = parser.parse_args(argv[1:])
-        added = merge(args.out)
+        try:
+            added = merge(args.out)
+        except ValueError as err:
+            print(f"python -m gmp.gpu merge: {err}", file=sys.stderr)
+            return 1
         print(f"added {len(added)} journal entries")
         return 0
     parser = argparse.ArgumentParser(prog="python -m gmp.gpu", description=__doc__.split("\n\n")[0])
