@@ -570,7 +570,10 @@ def _open(path: Path) -> ctypes.CDLL:
 
 def _library() -> ctypes.CDLL | None:
     """The compiled library, or None after saying why (a warning, unless ``GMP_NATIVE=0`` asked)."""
-    if os.environ.get("GMP_NATIVE", "1") == "0":
+    setting = os.environ.get("GMP_NATIVE", "1") or "1"
+    if setting not in ("0", "1"):
+        raise ValueError(f"GMP_NATIVE={setting!r}: set it to 0 (the torch map) or 1 (the compiled map, the default)")
+    if setting == "0":
         _FAILURE.append("turned off by GMP_NATIVE=0")
         return None
     try:

@@ -697,3 +697,11 @@ def test_a_relative_gmp_kernels_is_resolved_from_the_working_directory(fresh_nat
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GMP_KERNELS", "rel/kernels")
     assert fresh_native._kernel_dir() == tmp_path / "rel" / "kernels"
+
+
+@pytest.mark.parametrize("setting", ["false", "off", "2"])
+def test_a_gmp_native_that_is_neither_0_nor_1_is_refused_not_read_as_on(fresh_native, monkeypatch, setting):
+    """Issue #48's probe: ``GMP_NATIVE=false`` (or ``off``) left the compiled map on, silently."""
+    monkeypatch.setenv("GMP_NATIVE", setting)
+    with pytest.raises(ValueError, match=rf"GMP_NATIVE='{setting}': set it to 0 \(the torch map\) or 1"):
+        fresh_native.kernel(torch.zeros(2, 3))
