@@ -460,6 +460,8 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
     if stop_below is not None:
         settings["stop_below"] = float(stop_below)
     checkpoint = Path(checkpoint) if checkpoint is not None else None
+    if checkpoint is not None and checkpoint.exists() and not checkpoint.is_file():
+        raise ValueError(f"checkpoint {checkpoint} is a folder, not a file: name a file (such as {checkpoint / 'fit.pt'})")
     if checkpoint is not None and checkpoint.is_file():
         state = load_checkpoint(checkpoint, map_location="cpu", keys=CHECKPOINT_KEYS)  # the generators are CPU ones
         if state["settings"] != settings:

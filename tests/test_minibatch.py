@@ -375,3 +375,9 @@ def test_a_checkpoint_with_bad_rates_or_a_nan_in_a_measured_epoch_is_refused_nam
         with pytest.raises(ValueError, match=f"checkpoint {path}: its training state does not fit this fit.*"
                                              f"{message}.*delete it to start afresh"):
             _bad_stack_call(**args, checkpoint=path)
+
+
+def test_a_checkpoint_that_is_a_folder_is_refused_before_training(tmp_path):
+    """Issue #48's probe: ``checkpoint=<a folder>`` trained a whole epoch, then failed renaming a temporary file."""
+    with pytest.raises(ValueError, match=rf"checkpoint {tmp_path} is a folder, not a file"):
+        _bad_stack_call(checkpoint=tmp_path)
