@@ -405,3 +405,17 @@ def test_the_units_form_writes_the_gpu_json_that_merge_reads(tmp_path, monkeypat
         out = tmp_path / form
         assert gpu.command.main([form, str(out), chapter, "--device", "cpu", "--seconds", "1"]) == 0
         assert gpu.returned_device(out) == "cpu"
+
+
+@pytest.mark.parametrize("seconds, message", [("nan", "a NaN or infinite deadline would never stop"),
+                                              ("inf", "a NaN or infinite deadline"), ("-5", "a negative one would run"),
+                                              ("0", "seconds > 0, got 0"), ("soon", "a number of seconds, got 'soon'")])
+def test_the_gpu_command_refuses_a_deadline_it_cannot_keep(tmp_path, capsys, seconds, message):
+    """Issue #48's probe: ``units --seconds nan`` ran with no deadline at all, ``--seconds -5`` ran nothing, both
+    exiting 0."""
+    for argv in (["units", str(tmp_path), gpu.UNIT_CHAPTERS[0], "--device", "cpu", "--seconds", seconds],
+                 [str(tmp_path), "--device", "cpu", "--seconds", seconds]):
+        with pytest.raises(SystemExit) as exit:
+            gpu.command.main(argv)
+        assert exit.value.code == 2 and message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -36,6 +36,26 @@ def environment(device: str) -> dict[str, Any]:
     return info
 
 
+def _seconds(text: str) -> float:
+    """A time budget of the command line: a finite number of seconds > 0 (NaN would set no deadline at all)."""
+    value = _seconds_or_none(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("a time budget is a number of seconds > 0, got 0: nothing would run")
+    return value
+
+
+def _seconds_or_none(text: str) -> float:
+    """A number of seconds >= 0, finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, got {text!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"a finite number of seconds >= 0, got {text!r} (a NaN or infinite deadline "
+                                         "would never stop the command, a negative one would run nothing)")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["units"]:
@@ -44,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("chapter", choices=UNIT_CHAPTERS)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
         parser.add_argument("--device", default="cuda")
-        parser.add_argument("--seconds", type=float, required=True, help="time until the deadline")
+        parser.add_argument("--seconds", type=_seconds, required=True, help="time until the deadline")
         parser.add_argument("--seed", type=int, default=0)
         args = parser.parse_args(argv[1:])
         write_json(args.out / "gpu.json", environment(args.device))  # what merge reads the units' device from
@@ -57,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("chapters", nargs="+", choices=STACKED_CHAPTERS)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
         parser.add_argument("--device", default="cuda")
-        parser.add_argument("--seconds", type=float, required=True, help="time until the deadline")
+        parser.add_argument("--seconds", type=_seconds, required=True, help="time until the deadline")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--probe-only", action="store_true", help="predict each queue's time; train nothing")
         args = parser.parse_args(argv[1:])
@@ -78,15 +98,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python -m gmp.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the folder whose contents come back (e.g. $OUT)")
-    parser.add_argument("--seconds", type=float, default=530, help="the whole command's deadline (default 530)")
-    parser.add_argument("--smoke-seconds", type=float, default=110, help="budget of the chapters' smoke run")
+    parser.add_argument("--seconds", type=_seconds, default=530, help="the whole command's deadline (default 530)")
+    parser.add_argument("--smoke-seconds", type=_seconds, default=110, help="budget of the chapters' smoke run")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
     parser.add_argument("--networks", type=int, default=None, help="networks per group (default: what fits)")
     parser.add_argument("--skip-smoke", action="store_true")
     parser.add_argument("--chapters", nargs="+", default=None, help="smoke only these chapters (default: all)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--units-seconds", type=float, default=0.0,
+    parser.add_argument("--units-seconds", type=_seconds_or_none, default=0.0,
                         help="seconds kept from the lu_real group for the Part III units (default 0: what it leaves)")
     parser.add_argument("--units", nargs="*", default=list(UNIT_CHAPTERS), choices=UNIT_CHAPTERS,
                         help="chapters of the second job (default: all of UNIT_CHAPTERS, in its order whatever the "
