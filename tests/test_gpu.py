@@ -419,3 +419,13 @@ def test_the_gpu_command_refuses_a_deadline_it_cannot_keep(tmp_path, capsys, sec
             gpu.command.main(argv)
         assert exit.value.code == 2 and message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("option, value, message", [("--device", "tpu", "'tpu' is no device torch knows"),
+                                                   ("--networks", "0", "an integer >= 1, got '0'")])
+def test_the_gpu_command_refuses_a_device_or_a_group_size_it_cannot_use(tmp_path, capsys, option, value, message):
+    """Issue #48's probe: ``stacked --device tpu`` failed every queue inside and exited 0; ``--networks 0`` failed
+    deep in the group's probe, said only in summary.json."""
+    with pytest.raises(SystemExit) as exit:
+        gpu.command.main([str(tmp_path), option, value])
+    assert exit.value.code == 2 and message in capsys.readouterr().err and not list(tmp_path.iterdir())

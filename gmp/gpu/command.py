@@ -36,6 +36,22 @@ def environment(device: str) -> dict[str, Any]:
     return info
 
 
+def _device(text: str) -> str:
+    """A device torch can name (``cuda``, ``cuda:1``, ``cpu``): a misspelt one failed each unit inside, exiting 0."""
+    try:
+        torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is no device torch knows: use cuda, cuda:N or cpu") from None
+    return text
+
+
+def _networks(text: str) -> int:
+    """A number of networks per group, an integer >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a number of networks, an integer >= 1, got {text!r}")
+    return int(text)
+
+
 def _seconds(text: str) -> float:
     """A time budget of the command line: a finite number of seconds > 0 (NaN would set no deadline at all)."""
     value = _seconds_or_none(text)
@@ -63,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("out", type=Path)
         parser.add_argument("chapter", choices=UNIT_CHAPTERS)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
-        parser.add_argument("--device", default="cuda")
+        parser.add_argument("--device", default="cuda", type=_device)
         parser.add_argument("--seconds", type=_seconds, required=True, help="time until the deadline")
         parser.add_argument("--seed", type=int, default=0)
         args = parser.parse_args(argv[1:])
@@ -76,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("out", type=Path)
         parser.add_argument("chapters", nargs="+", choices=STACKED_CHAPTERS)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
-        parser.add_argument("--device", default="cuda")
+        parser.add_argument("--device", default="cuda", type=_device)
         parser.add_argument("--seconds", type=_seconds, required=True, help="time until the deadline")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--probe-only", action="store_true", help="predict each queue's time; train nothing")
@@ -100,9 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="the folder whose contents come back (e.g. $OUT)")
     parser.add_argument("--seconds", type=_seconds, default=530, help="the whole command's deadline (default 530)")
     parser.add_argument("--smoke-seconds", type=_seconds, default=110, help="budget of the chapters' smoke run")
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="cuda", type=_device)
     parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
-    parser.add_argument("--networks", type=int, default=None, help="networks per group (default: what fits)")
+    parser.add_argument("--networks", type=_networks, default=None, help="networks per group (default: what fits)")
     parser.add_argument("--skip-smoke", action="store_true")
     parser.add_argument("--chapters", nargs="+", default=None, help="smoke only these chapters (default: all)")
     parser.add_argument("--seed", type=int, default=0)
