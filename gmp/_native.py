@@ -337,8 +337,8 @@ TRANSIENT = ("No space left on device", "Disk quota exceeded", "Read-only file s
              "Cannot allocate memory", "Too many open files", "out of memory", "memory exhausted",
              "signal terminated program", "failed due to signal", "unable to execute command", "Killed",
              "CPU time limit exceeded", "File size limit exceeded")
-"""Messages of a compilation that failed for a cause of the moment (a full disk, say), not remembered: among them
-what gcc and clang say when their compiler proper (``cc1``) is killed by a signal or a resource limit (the
+"""Messages of a compilation that failed for a cause of the moment (a full disk, say), not remembered. Among them
+are what gcc and clang say when their compiler proper (``cc1``) is killed by a signal or a resource limit (the
 out-of-memory killer, ``ulimit -t``), which is no verdict on the flags."""
 
 SELF_CHECK_TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
