@@ -233,7 +233,7 @@ class Claim:
         rule whose :attr:`test` cannot reach its level gives :data:`INCONCLUSIVE`, saying why.
 
         A rule never compares a NaN of the payload (a diverged network's best PSNR, say): each NaN is handed to
-        the rule as a :class:`_PayloadNaN`, whose comparisons raise; a finding's rule that compares one is then
+        the rule as a ``_PayloadNaN``, whose comparisons raise; a finding's rule that compares one is then
         :data:`INCONCLUSIVE`, saying where the NaN is, and an identity's raises :class:`NaNCompared`."""
         try:
             measured, verdict = (check or self.check)(_strict(payload, "payload"))
@@ -251,7 +251,7 @@ class Claim:
 
 
 class NaNCompared(ValueError):
-    """A rule compared a NaN of its payload (:class:`_PayloadNaN`); ``where`` names it (``payload['rows']['x']``)."""
+    """A rule compared a NaN of its payload (``_PayloadNaN``); ``where`` names it (``payload['rows']['x']``)."""
 
     def __init__(self, where: str):
         super().__init__(f"a claim's rule compared {where}, which is NaN: refuse the payload or rerun what produced it")
@@ -281,7 +281,7 @@ class _PayloadNaN(float):
 
 
 def _strict(value: Any, where: str) -> Any:
-    """``value`` (a payload: JSON's dicts, lists and numbers) with each float NaN replaced by a :class:`_PayloadNaN`
+    """``value`` (a payload: JSON's dicts, lists and numbers) with each float NaN replaced by a ``_PayloadNaN``
     naming where it is."""
     if isinstance(value, float) and math.isnan(value):
         return _PayloadNaN(where)
