@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -271,8 +270,9 @@ def stacked(depth: int = 200, width: int = 500, batch: int = 64, in_features: in
 
     Rows: the one-network trainer (:class:`gmp.experiments.lu_real.training.Training`: ``torch.optim.SGD``
     foreach) and :class:`gmp.experiments.lu_real.stacked.StackedTraining` with each number of networks
-    in ``stacks`` (on CUDA with the step captured in a CUDA graph, fused SGD and compiled
-    activations, falling back to fewer of these when one fails; the row says which ran). Each
+    in ``stacks`` (on CUDA with the step captured in a CUDA graph, fused SGD and the stacked
+    kernels of :mod:`gmp.models.stacked_ops`, falling back to fewer of these when one fails; the
+    row says which ran). Each
     time is the mean of ``steps`` steps after two warm-up steps. GFLOP/s counts the square
     layers' ``6 * batch * width^2`` FLOPs per network-step. On CUDA it also prints the projected
     time of the whole paper run (24 MNIST networks for 50 epochs of 938 steps, and 24 CIFAR-10
@@ -309,15 +309,15 @@ def stacked(depth: int = 200, width: int = 500, batch: int = 64, in_features: in
     rows = [{"what": "one network (Training, foreach SGD)", "networks": 1,
              "ms_per_network_step": 1e3 * (time.perf_counter() - start) / steps}]
     del one
-    modes = ((True, True), (True, False), (False, False)) if dev.type == "cuda" else ((False, False),)
+    modes = ((True, True), (False, True), (False, False)) if dev.type == "cuda" else ((False, True),)
     for n in stacks:
-        for graph, compile in modes:
+        for graph, kernels in modes:
             try:
-                training = lu_real.StackedTraining(labels[:n], in_features, cfg, dev, graph=graph, compile=compile,
+                training = lu_real.StackedTraining(labels[:n], in_features, cfg, dev, graph=graph, kernels=kernels,
                                                    networks=networks[:n])
                 seconds = training.seconds_per_step(x, y, steps)
-            except Exception as err:  # capture or compilation failed on this machine: say so, try the next mode
-                print_fn(f"  {n} networks, graph={graph}, compile={compile}: {type(err).__name__}: {err}"[:300])
+            except Exception as err:  # capture or a kernel failed on this machine: say so whole, try the next mode
+                print_fn(f"  {n} networks, graph={graph}, kernels={kernels}: {type(err).__name__}: {err}")
                 continue
             rows.append({"what": f"StackedTraining ({training.mode})", "networks": n,
                          "ms_per_network_step": 1e3 * seconds / n})
@@ -346,32 +346,24 @@ def stacked(depth: int = 200, width: int = 500, batch: int = 64, in_features: in
     return rows
 
 
-CARDS: dict[str, float] = {"H100": 3.0e12, "H200": 4.3e12}
-"""Memory bandwidth (bytes/s) of the GPUs lent to this project: an H100's as measured (3.0 TB/s),
-an H200's as its maker gives it (4.3 TB/s)."""
-
-COUNT_WIDTH = 500
-"""The width at which :data:`COMPILED_COUNT` was counted (``lu_real``'s paper width, batch 64)."""
-
-COMPILED_COUNT: dict[bool, tuple[float, float]] = {False: (10, 9.88e6), True: (10, 9.93e6)}
-"""``(kernels per layer-step of the stack, bytes per layer per network-step)`` of ``lu_real``'s
-compiled stacked step without (``False``) and with BN (``True``), as ``python -m gmp.bench --stacked
---count`` printed them on 2026-11-27 (torch 2.14.1, twelve networks, width :data:`COUNT_WIDTH`,
-batch 64, float32): the model by which the GPU command sizes its group before its probe corrects
-it (:func:`gmp.gpu.lu_real.predicted_networks`). Recount after changing the stacked step."""
-
 _NO_KERNEL = frozenset({"empty", "empty_strided", "empty_like", "lift_fresh", "_local_scalar_dense", "detach",
                         "alias", "_unsafe_view", "set_", "resize_", "_to_copy_meta"})
 """ATen operators that launch no kernel on a GPU (allocation, aliasing, reading a scalar back)."""
 
+STACKED_OPERATORS = frozenset({"stacked_activation_forward", "stacked_activation_backward", "stacked_momentum_update"})
+"""The operators of :mod:`gmp.models.stacked_ops`: one Triton kernel each on CUDA (whatever the
+torch reference they run on the CPU launches), so each counts as one kernel."""
+
 
 class _KernelCounter(TorchDispatchMode):
-    """Counts the ATen operators a computation runs at the dispatcher (after autograd and composite
+    """Counts the operators a computation runs at the dispatcher (after autograd and composite
     operators have been decomposed, as ``torch.utils.flop_counter`` counts), except views and
-    :data:`_NO_KERNEL`: each is one kernel on a GPU in eager mode. Its bytes are those of its
-    distinct tensor inputs (read) and outputs (written), each once; ``square_bytes`` the part of
-    them in tensors whose last two sizes are equal and at least 32 (a square layer's ``V`` or its
-    momentum buffer)."""
+    :data:`_NO_KERNEL`: each is one kernel on a GPU (an operator of :data:`STACKED_OPERATORS`
+    runs one Triton kernel there; what its CPU reference runs inside it is not seen). Its bytes
+    are those of its distinct tensor inputs (read; an ``out=`` argument is not read) and of its
+    outputs and the arguments it writes in place (written), each once;
+    ``square_bytes`` the part of them in tensors whose last two sizes are equal and at least 32
+    (a square layer's ``V``, its momentum buffer or the product buffer)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -390,79 +382,28 @@ class _KernelCounter(TorchDispatchMode):
         if not view and name not in _NO_KERNEL:
             self.kernels += 1
             self.names[name] = self.names.get(name, 0) + 1
-            for tree in ((args, kwargs or {}), out):
+            read, written = [], [out]
+            for i, argument in enumerate(func._schema.arguments):
+                value = args[i] if i < len(args) else (kwargs or {}).get(argument.name)
+                if not getattr(argument, "is_out", False):
+                    read.append(value)
+                if argument.alias_info is not None and argument.alias_info.is_write:
+                    written.append(value)
+            for tree in (read, written):
                 tensors = {(t.data_ptr(), t.nbytes): t for t in torch.utils._pytree.tree_leaves(tree)
                            if isinstance(t, torch.Tensor)}
                 self._add_bytes(list(tensors.values()))
         return out
 
 
-_GRAPH_KERNEL = re.compile(r"^\s+(?:cpp_fused_\w+\(|extern_kernels\.|aten\.|\w+\.run\()", re.MULTILINE)
-"""A kernel launch in the ``call`` function of Inductor's generated code: a fused C++ kernel
-(``cpp_fused_*``) on the CPU, a Triton kernel (``*.run(``) on CUDA, or a library kernel."""
-
-
-class _CompiledKernelCounter(_KernelCounter):
-    """:class:`_KernelCounter` of a step with functions compiled by ``torch.compile``: each call of
-    a compiled graph (:class:`torch._inductor.output_code.CompiledFxGraph`, forward or backward)
-    counts the kernels its generated code launches (:data:`_GRAPH_KERNEL`) and, as bytes, its
-    distinct tensor inputs read and its outputs and changed inputs written, each once per call
-    (what the graph's kernels read of one another's results, and a tensor two of its kernels
-    both read, are not counted: a lower bound where a graph launches more than one kernel).
-    The operators outside the graphs are counted as :class:`_KernelCounter` counts them.
-    ``compiled`` names the functions (:func:`gmp.models.stacked.StackedDeepMLP.compile_activation`'s)
-    that are entered with the dispatcher mode suspended, as Dynamo requires."""
-
-    def __init__(self, compiled: dict[str, Callable[..., Any]]) -> None:
-        super().__init__()
-        self.compiled, self.graph_kernels = compiled, 0
-
-    def __enter__(self):
-        from torch._inductor.output_code import CompiledFxGraph
-        from torch.utils._python_dispatch import _disable_current_modes
-
-        self._saved = (CompiledFxGraph.__call__, dict(self.compiled))
-        original, counter = CompiledFxGraph.__call__, self
-
-        def call(graph, inputs):
-            changed = {id(inputs[i]): inputs[i] for i in graph.mutated_input_idxs}
-            read = {id(t): t for t in inputs if isinstance(t, torch.Tensor)}
-            with _disable_current_modes():
-                out = original(graph, inputs)
-            kernels = len(_GRAPH_KERNEL.findall(graph.source_code.split("def call(", 1)[-1]))
-            counter.kernels += kernels
-            counter.graph_kernels += kernels
-            written = {id(t): t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)}
-            written.update(changed)
-            counter._add_bytes([*read.values(), *written.values()])
-            return out
-
-        def suspended(fn):
-            def run(*args, **kwargs):
-                with _disable_current_modes():
-                    return fn(*args, **kwargs)
-            return run
-
-        CompiledFxGraph.__call__ = call
-        self.compiled.update({name: suspended(fn) for name, fn in self.compiled.items()})
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        from torch._inductor.output_code import CompiledFxGraph
-
-        CompiledFxGraph.__call__, saved = self._saved
-        self.compiled.update(saved)
-        return super().__exit__(*exc)
-
-
 def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[int, int] = (2, 6), width: int = 500,
-                  batch: int = 64, in_features: int = 784, compile: bool = False) -> dict[str, float]:
+                  batch: int = 64, in_features: int = 784, kernels: bool = True) -> dict[str, Any]:
     """Kernels and bytes of one training step of ``lu_real``'s networks ``labels`` (with BN when
-    ``batchnorm``) stacked by :class:`gmp.experiments.lu_real.stacked.StackedTraining`, counted on the CPU by
-    :class:`_KernelCounter` (eager) or, with ``compile``, :class:`_CompiledKernelCounter` (the
-    element-wise work compiled, as the GPU command runs it), per square layer: the difference
-    between the counts at the two ``depths``, divided by their difference (the bottom and top
-    layers, the loss and the bookkeeping cancel out). Float32; the step after two warm-up steps."""
+    ``batchnorm``) stacked by :class:`gmp.experiments.lu_real.stacked.StackedTraining`, counted on
+    the CPU by :class:`_KernelCounter`, per square layer: the difference between the counts at the
+    two ``depths``, divided by their difference (the bottom and top layers, the loss and the
+    bookkeeping cancel out). ``kernels``: the stacked operators (one kernel each on CUDA), else
+    their torch reference. Float32; the step after two warm-up steps."""
     from gmp import config
     from gmp.experiments import lu_real
 
@@ -473,13 +414,14 @@ def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[
     counts = []
     for depth in depths:
         cfg = config.Config("lu_real", "paper", {**base, "depth": depth, "width": width, "batch_size": batch})
-        training = lu_real.StackedTraining(names, in_features, cfg, "cpu", graph=False, compile=compile)
+        training = lu_real.StackedTraining(names, in_features, cfg, "cpu", graph=False, kernels=kernels)
         training.seconds_per_step(x, y, steps=1)  # the bookkeeping set up, two warm-up steps
-        with _CompiledKernelCounter(training.model._compiled) if compile else _KernelCounter() as counter:
+        with _KernelCounter() as counter:
             training._full_step(x, y)
         counts.append(counter)
     layers = depths[1] - depths[0]
-    return {"networks": len(names), "kernels_per_layer_step": (counts[1].kernels - counts[0].kernels) / layers,
+    return {"networks": len(names), "batchnorm": batchnorm, "kernels": kernels,
+            "kernels_per_layer_step": (counts[1].kernels - counts[0].kernels) / layers,
             "bytes_per_layer_step": (counts[1].bytes - counts[0].bytes) / layers,
             "square_bytes_per_layer_step": (counts[1].square_bytes - counts[0].square_bytes) / layers,
             "kernels_per_step_at_depth": {d: c.kernels for d, c in zip(depths, counts)},
@@ -488,87 +430,62 @@ def count_stacked(labels: Sequence[str], batchnorm: bool = False, depths: tuple[
                                          if counts[1].names.get(k, 0) != counts[0].names.get(k, 0)}}
 
 
-def lease_prediction(bytes_per_layer_network_step: float, kernels_per_layer_step: float, bandwidth: float,
-                     depth: int = 200, steps: int = 50 * 938, seconds: float = 530 - 110 - 30,
-                     most: int = 12) -> dict[str, float]:
-    """What the memory traffic alone allows in one GPU command: the step time floor of ``n`` stacked
-    networks, ``depth * n * bytes / bandwidth``, and the most networks (at most ``most``, a group)
-    whose ``steps`` steps (50 MNIST epochs of 938) fit in ``seconds`` (the command's default
-    530 s less the smoke run's 110 s and its 30 s margin). Also the time per kernel at which the
-    launches of ``depth * kernels`` kernels per step would take as long as that floor for the networks
-    predicted: launches cost more than that, and they, not memory, bound the step."""
-    per_network = depth * bytes_per_layer_network_step / bandwidth
-    networks = min(most, int(seconds / (steps * per_network)))
-    floor = max(networks, 1) * per_network
-    return {"seconds_per_network_step": per_network, "networks": networks,
-            "minutes_for_them": networks * per_network * steps / 60,
-            "break_even_us_per_kernel": 1e6 * floor / (depth * kernels_per_layer_step)}
+def floor_per_network_step(depth: int = 200, width: int = 500, batch: int = 64, flops_per_s: float = 67e12,
+                           bytes_per_s: float = 4.3e12) -> dict[str, float]:
+    """The float32 floor of one network's training step (the square layers alone): ``6 batch
+    width^2`` FLOPs per layer (forward, input gradient, weight gradient) at ``flops_per_s`` (an
+    H200's 67 TFLOP/s without tensor cores), and the bytes of ``V`` read twice and written once and
+    of its momentum buffer read and written (``5 width^2`` floats per layer) at ``bytes_per_s``
+    (4.3 TB/s, the copy rate measured on an H200 here). The step cannot take less than the larger."""
+    flops = 6 * batch * width ** 2 * depth
+    moved = 5 * 4 * width ** 2 * depth
+    return {"gflop": flops / 1e9, "gbytes": moved / 1e9, "flop_seconds": flops / flops_per_s,
+            "byte_seconds": moved / bytes_per_s, "seconds": max(flops / flops_per_s, moved / bytes_per_s)}
 
 
-def count_grouped(labels: Sequence[str], batchnorm: bool = False, compile: bool = False,
-                  **kwargs: Any) -> dict[str, float]:
-    """:func:`count_stacked` of ``labels`` trained as sub-stacks grouped by activation (plain and
-    GPN of one activation together, whose activations need no mask), summed over the groups:
-    the other way of giving every network its own activation."""
-    groups: dict[str, list[str]] = {}
-    for label in labels:
-        groups.setdefault(label.split("-")[0], []).append(label)
-    rows = [count_stacked(group, batchnorm, compile=compile, **kwargs) for group in groups.values()]
-    return {"networks": len(labels), "groups": len(rows),
-            **{key: sum(r[key] for r in rows) for key in ("kernels_per_layer_step", "bytes_per_layer_step",
-                                                          "square_bytes_per_layer_step")}}
+def count(print_fn: Callable[[str], None] = print, labels: Sequence[str] | None = None, as_json: bool = False,
+          **kwargs: Any) -> dict[str, Any]:
+    """``python -m gmp.bench --stacked --count [--json]``: :func:`count_stacked` for a group of
+    ``lu_real``'s networks (default the twelve: six activations, plain and GPN) without and with
+    BN, in each mode the GPU command can run (the stacked kernels, or their torch reference when
+    Triton fails), and for one network alone; with the float32 floor of a step
+    (:func:`floor_per_network_step`). ``as_json`` prints one JSON object instead of a table.
+    ``kwargs`` go to :func:`count_stacked` (a smaller width, batch or depths for a quick run)."""
+    import json
 
-
-def count(print_fn: Callable[[str], None] = print, labels: Sequence[str] | None = None,
-          **kwargs: Any) -> list[dict[str, Any]]:
-    """``python -m gmp.bench --stacked --count``: :func:`count_stacked` for a group of ``lu_real``'s
-    networks (default the twelve: six activations, plain and GPN) without and with BN, eager and
-    compiled (:class:`_CompiledKernelCounter`), the compiled step without BN also grouped by
-    activation (:func:`count_grouped`), and the networks per GPU command the compiled count
-    predicts on each of :data:`CARDS` (:func:`lease_prediction`). ``kwargs`` go to
-    :func:`count_stacked` (a smaller width, batch or depths for a quick run)."""
     from gmp.experiments import lu_real
 
     labels = list(labels or lu_real.variants(lu_real.ACTIVATIONS))
     width, batch = kwargs.get("width", 500), kwargs.get("batch", 64)
     rows = []
-    print_fn(f"one training step of {len(labels)} stacked networks (lu_real, width {width}, batch {batch}, float32), "
-             f"counted on the CPU per square layer: eager, each ATen operator one kernel (views and allocations left "
-             f"out); compiled, each kernel Inductor generates plus the operators outside its graphs; torch "
-             f"{torch.__version__}")
-    print_fn(f"{'':<30} {'kernels/layer-step':>18} {'MB/layer/network-step':>22} {'of which in n x n tensors':>26}")
     for batchnorm in (False, True):
-        for compile in (False, True):
-            row = count_stacked(labels, batchnorm, compile=compile, **kwargs)
-            row.update(batchnorm=batchnorm, compiled=compile, grouped=False)
-            rows.append(row)
-            if compile and not batchnorm:
-                grouped = count_grouped(labels, batchnorm, compile=compile, **kwargs)
-                grouped.update(batchnorm=batchnorm, compiled=compile, grouped=True)
-                rows.append(grouped)
+        for kernels in (True, False):
+            rows.append({"mode": "stacked kernels" if kernels else "torch reference",
+                         **count_stacked(labels, batchnorm, kernels=kernels, **kwargs)})
+        rows.append({"mode": "stacked kernels, one network", **count_stacked(labels[:1], batchnorm, **kwargs)})
     for row in rows:
         row["bytes_per_layer_network_step"] = row["bytes_per_layer_step"] / row["networks"]
-        what = (f"{'with' if row['batchnorm'] else 'without'} BN, {'compiled' if row['compiled'] else 'eager'}"
-                + (f", {row['groups']} groups" if row["grouped"] else ""))
-        print_fn(f"{what:<30} {row['kernels_per_layer_step']:>18.0f} {row['bytes_per_layer_network_step'] / 1e6:>22.2f} "
+    floor = floor_per_network_step(width=width, batch=batch)
+    result = {"torch": torch.__version__, "width": width, "batch": batch, "dtype": "float32", "rows": rows,
+              "floor_per_network_step": floor}
+    if as_json:
+        print_fn(json.dumps(result, indent=1))
+        return result
+    print_fn(f"one training step of stacked lu_real networks (width {width}, batch {batch}, float32), counted on the "
+             f"CPU per square layer: each operator one kernel (a stacked operator one Triton kernel on CUDA), views "
+             f"and allocations left out; torch {torch.__version__}")
+    print_fn(f"{'':<44} {'kernels/layer-step':>18} {'MB/layer/network-step':>22} {'of which in n x n tensors':>26}")
+    for row in rows:
+        what = f"{row['networks']} networks, {'with' if row['batchnorm'] else 'without'} BN, {row['mode']}"
+        print_fn(f"{what:<44} {row['kernels_per_layer_step']:>18.0f} {row['bytes_per_layer_network_step'] / 1e6:>22.2f} "
                  f"{row['square_bytes_per_layer_step'] / row['networks'] / 1e6:>26.2f}")
     for row in rows:
-        if "operators_per_layer_step" in row:
-            print_fn(f"  operators per layer-step, {'with' if row['batchnorm'] else 'without'} BN, "
-                     f"{'compiled (outside its graphs)' if row['compiled'] else 'eager'}: "
-                     + ", ".join(f"{k} {v:g}" for k, v in row["operators_per_layer_step"].items()))
-    for row in rows:
-        if not row["compiled"] or row["grouped"]:
-            continue
-        for card, bandwidth in CARDS.items():
-            prediction = lease_prediction(row["bytes_per_layer_network_step"], row["kernels_per_layer_step"], bandwidth)
-            row[card] = prediction
-            print_fn(f"{'with' if row['batchnorm'] else 'without'} BN, compiled, {card} ({bandwidth / 1e12:.1f} TB/s): "
-                     f"memory floor {1e3 * prediction['seconds_per_network_step']:.2f} ms per network-step at depth 200; "
-                     f"{prediction['networks']} networks' 50 MNIST epochs fit in one command's 390 s of training "
-                     f"({prediction['minutes_for_them']:.1f} min at the floor), if each kernel costs under "
-                     f"{prediction['break_even_us_per_kernel']:.2f} us")
-    return rows
+        print_fn(f"  operators per layer-step, {row['networks']} networks, {'with' if row['batchnorm'] else 'without'} "
+                 f"BN, {row['mode']}: " + ", ".join(f"{k} {v:g}" for k, v in row["operators_per_layer_step"].items()))
+    print_fn(f"float32 floor of one network's step at depth 200 (H200: 67 TFLOP/s, 4.3 TB/s): {floor['gflop']:.1f} "
+             f"GFLOP in {1e3 * floor['flop_seconds']:.2f} ms, {floor['gbytes']:.2f} GB in "
+             f"{1e3 * floor['byte_seconds']:.2f} ms: {1e3 * floor['seconds']:.2f} ms per network-step")
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -591,13 +508,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="instead: lu_real's depth-200 networks one at a time and stacked, on --device")
     parser.add_argument("--steps", type=int, default=5, help="with --stacked: timed steps")
     parser.add_argument("--count", action="store_true",
-                        help="with --stacked: count kernels and bytes per layer-step on the CPU instead of timing, "
-                             "and predict the networks per GPU command")
+                        help="with --stacked: count kernels and bytes per layer-step on the CPU instead of timing")
+    parser.add_argument("--json", action="store_true", help="with --stacked --count: print one JSON object")
     args = parser.parse_args(argv)
     if args.minibatch:
         minibatch(args.stacks or [1, 2, 4])
     elif args.stacked and args.count:
-        count()
+        count(as_json=args.json)
     elif args.stacked:
         stacked(args.depth, stacks=args.stacks or [1, 4, 12], steps=args.steps, device=args.device)
     elif args.deep:

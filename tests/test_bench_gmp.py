@@ -26,38 +26,36 @@ def test_the_kernel_counter_counts_each_kernel_and_its_bytes_but_no_view():
     assert counter.bytes == 4 * (12 + 20 + 15) + 4 * (15 + 15)
 
 
-def test_the_stacked_count_is_per_layer_and_its_products_are_five_per_layer():
-    """A square layer's forward product, its input gradient, the two batch Gram matrices of its
-    gradient norm and its weight gradient taken into the momentum buffer: five batched products
-    per layer whatever the number of networks; the bytes grow with the networks."""
-    one = bench.count_stacked(["ReLU"], width=8, batch=4, in_features=5)
-    two = bench.count_stacked(["ReLU", "ReLU"], width=8, batch=4, in_features=5)
-    assert one["operators_per_layer_step"]["bmm"] == two["operators_per_layer_step"]["bmm"] == 4
-    assert one["operators_per_layer_step"]["baddbmm_"] == two["operators_per_layer_step"]["baddbmm_"] == 1
-    assert one["kernels_per_layer_step"] == two["kernels_per_layer_step"]
-    assert two["bytes_per_layer_step"] > one["bytes_per_layer_step"] > 3 * 8 * 8 * 4  # at least one weight read
-    prediction = bench.lease_prediction(1e6, 10, 1e12, depth=100, steps=1000, seconds=1.0)
-    assert prediction["seconds_per_network_step"] == 1e-4 and prediction["networks"] == 10
-    assert abs(prediction["break_even_us_per_kernel"] - 1.0) < 1e-9  # 10 networks x 0.1 ms over 1000 kernels
-
-
-def test_the_compiled_count_has_fewer_kernels_and_bytes_and_sees_the_generated_kernels():
-    """Compiled, a stacked layer-step launches the four batched products, the product into the
-    momentum buffer and the kernels Inductor generates for the element-wise work: fewer kernels
-    and bytes than eager, where each operator of the masked activations is a kernel of its own."""
+def test_the_stacked_count_is_six_kernels_per_layer_whatever_the_networks_and_bn():
+    """A square layer-step of the stacked kernels: its three batched products (forward, input
+    gradient, weight gradient into the product buffer) and the three stacked operators, for one
+    network and for twelve, with and without BN; the torch reference launches many more; the bytes
+    grow with the networks; the n x n bytes are eight passes (V by the forward and input-gradient
+    products, the product written, then read with V and the buffer, V and the buffer written)."""
     kwargs = {"width": 32, "batch": 4, "in_features": 5, "depths": (2, 3)}
-    eager = bench.count_stacked(["ReLU", "Tanh-GPN"], **kwargs)
-    compiled = bench.count_stacked(["ReLU", "Tanh-GPN"], compile=True, **kwargs)
-    assert eager["operators_per_layer_step"]["bmm"] == compiled["operators_per_layer_step"]["bmm"] == 4
-    assert eager["operators_per_layer_step"]["baddbmm_"] == compiled["operators_per_layer_step"]["baddbmm_"] == 1
-    generated = compiled["kernels_per_layer_step"] - sum(compiled["operators_per_layer_step"].values())
-    assert 3 <= generated <= 6  # row norms with the update, activation forward, its backward, radial term
-    assert compiled["kernels_per_layer_step"] < eager["kernels_per_layer_step"] / 2
-    assert compiled["bytes_per_layer_step"] < eager["bytes_per_layer_step"]
-    # V read by the forward and the input-gradient products, the buffer read and written by the product
-    # taken into it, V and the buffer read and written by the update (which also gives the row norms)
-    assert compiled["square_bytes_per_layer_step"] == 2 * 8 * 32 * 32 * 4
-    assert eager["square_bytes_per_layer_step"] == 2 * 11 * 32 * 32 * 4  # and separate passes for the norms, the update
-    grouped = bench.count_grouped(["ReLU", "ReLU-GPN", "Tanh"], **kwargs)
-    assert grouped["groups"] == 2 and grouped["kernels_per_layer_step"] == sum(
-        bench.count_stacked(g, **kwargs)["kernels_per_layer_step"] for g in (["ReLU", "ReLU-GPN"], ["Tanh"]))
+    twelve = bench.count_stacked(["ReLU", "Tanh-GPN", "SELU", "ELU-GPN", "GELU", "LeakyReLU"] * 2, **kwargs)
+    for labels in (["ReLU"], ["ReLU", "Tanh-GPN"]):
+        for batchnorm in (False, True):
+            row = bench.count_stacked(labels, batchnorm, **kwargs)
+            assert row["kernels_per_layer_step"] == 6, row
+            assert row["operators_per_layer_step"] == {"bmm": 3, **dict.fromkeys(bench.STACKED_OPERATORS, 1)}, row
+            assert row["square_bytes_per_layer_step"] == len(labels) * 8 * 32 * 32 * 4
+    assert twelve["kernels_per_layer_step"] == 6 and twelve["bytes_per_layer_step"] > 5 * row["bytes_per_layer_step"]
+    reference = bench.count_stacked(["ReLU", "Tanh-GPN"], kernels=False, **kwargs)
+    assert reference["kernels_per_layer_step"] > 20 and reference["operators_per_layer_step"]["bmm"] == 3
+
+
+def test_the_count_prints_one_json_object_with_every_mode_and_one_network():
+    import json
+
+    lines = []
+    bench.count(print_fn=lines.append, labels=["ReLU", "SELU-GPN"], as_json=True, width=16, batch=4, in_features=5,
+                depths=(2, 3))
+    result = json.loads("\n".join(lines))
+    rows = {(r["networks"], r["batchnorm"], r["mode"]): r["kernels_per_layer_step"] for r in result["rows"]}
+    assert set(rows) == {(n, bn, m) for bn in (False, True) for n, m in ((2, "stacked kernels"), (2, "torch reference"),
+                                                                        (1, "stacked kernels, one network"))}
+    for bn in (False, True):
+        assert rows[(2, bn, "stacked kernels")] == rows[(1, bn, "stacked kernels, one network")] == 6
+    floor = result["floor_per_network_step"]
+    assert floor["seconds"] == max(floor["flop_seconds"], floor["byte_seconds"]) > 0

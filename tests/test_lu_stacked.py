@@ -119,7 +119,7 @@ def test_the_stacked_trainer_equals_the_one_network_trainer_epoch_by_epoch():
                 assert got[key] == pytest.approx(want[key], rel=1e-5), (one.name, epoch, key)
             np.testing.assert_allclose(got["ratio"], want["ratio"], rtol=1e-5)
             np.testing.assert_allclose(got["drift"], want["drift"], rtol=1e-4)
-    assert stack.step == singles[0].step == 3 * 5 and stack.mode == "eager"
+    assert stack.step == singles[0].step == 3 * 5 and stack.mode == "eager, stacked kernels"
 
 
 def test_a_network_forced_non_finite_diverges_alone_and_the_others_are_unchanged():
@@ -271,13 +271,14 @@ def test_the_gpu_command_runs_on_a_cpu_at_smoke_scale(tmp_path, monkeypatch, roo
     summary = json.loads((out / "summary.json").read_text())
     assert summary["smoke"]["chapters"] == summary["smoke"]["chapters_ok"] == 1, summary["smoke"]
     run = summary["lu_real"]
-    assert run["finished"] and run["networks"] == ["ReLU", "ReLU-GPN", "GELU", "GELU-GPN"] and run["mode"] == "eager"
+    assert run["finished"] and run["networks"] == ["ReLU", "ReLU-GPN", "GELU", "GELU-GPN"]
+    assert run["mode"] == "stacked kernels"
     cfg = gmp.load_config("lu_real", "smoke")
     journal = out / "lu_real" / "_partial" / f"smoke-{cfg.digest}.jsonl"
     entries = results.journal_entries(journal)
     assert [e["key"] for e in entries] == [lu_real.epoch_key("digits", label, 0, 1) for label in run["networks"]]
     assert all(e["value"]["device"] == "cpu" and e["value"]["stacked"] == 4 for e in entries)
-    assert set(run["probe_ms_per_step"]) == {"1", "4"}  # one network first, then all four (JSON keys)
+    assert [p["networks"] for p in run["probes"]] == [4]  # the whole group, measured on the device: it fits
     assert summary["folded"] == {"smoke.jsonl": "smoke_log"}  # 9 files else
     tests = summary["smoke_log"][-1]
     skipped = re.search(r"(\d+) skipped", tests["output_tail"])  # without a GPU: collected, then skipped
@@ -546,92 +547,168 @@ def test_the_inverse_row_norms_kept_from_the_update_are_computed_anew_when_a_wei
     torch.testing.assert_close(stack.model(xb), fresh(xb), rtol=1e-14, atol=0)
 
 
-def test_the_gpu_command_sizes_its_group_by_the_count_model_on_a_card_it_knows():
-    from gmp import bench
-
-    cfg = gmp.load_config("lu_real", "paper")
-    labels = lu_real.variants(lu_real.ACTIVATIONS)
-    h100 = gpu.predicted_networks(cfg, labels, "NVIDIA H100 80GB HBM3", 50 * 938, 390.0)
-    kernels, per_network = bench.COMPILED_COUNT[False]
-    assert h100 == bench.lease_prediction(per_network * (int(cfg["width"]) / bench.COUNT_WIDTH) ** 2, kernels,
-                                          bench.CARDS["H100"], depth=int(cfg["depth"]), steps=50 * 938,
-                                          seconds=390.0, most=len(labels))["networks"]
-    assert 1 <= h100 <= gpu.predicted_networks(cfg, labels, "NVIDIA H200", 50 * 938, 390.0) <= len(labels)
-    with_bn = [f"{label}-BN" for label in labels]
-    assert gpu.predicted_networks(cfg, with_bn, "NVIDIA H100", 50 * 938, 390.0) <= h100
-    assert gpu.predicted_networks(cfg, labels, "NVIDIA A100-SXM4-40GB", 50 * 938, 390.0) is None
-
-
-def test_the_gpu_command_probes_the_predicted_number_first_and_corrects_it(tmp_path, monkeypatch):
-    """Where the count model knows the card, the first probe is of the number it predicts, then of
-    as many as the measured step leaves room for; never of one network alone."""
-    import time
-
-    from gmp import results
-
-    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
-    monkeypatch.delenv(results.STAGING_ENV, raising=False)
-    monkeypatch.setattr(gpu.lu_real, "predicted_networks", lambda *args: 2)
-    cfg = gmp.load_config("lu_real", "smoke")
-    summary = gpu.train_group(tmp_path / "out", cfg, "cpu", time.monotonic() + 600, 0, None)
-    assert summary["predicted_networks"] == 2 and list(summary["probe_ms_per_step"]) == [2, 4]
-    assert summary["finished"] and len(summary["networks"]) == 4
-
-
-def test_the_fused_update_and_the_compiled_activations_train_as_the_eager_step():
-    """What the GPU runs (one fused SGD pass, the activations compiled into one kernel each way)
-    gives the multi-tensor update's and the eager activations' numbers, here on the CPU."""
-    cfg = _cfg(width=16, depth=6)
-    g = torch.Generator().manual_seed(2)
-    batches = [(torch.randn(16, 5, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(3)]
-    for labels in (["Tanh-GPN", "ReLU", "SELU-BN", "GELU-GPN-BN"], ["Tanh-GPN", "ReLU", "ELU", "GELU-GPN"]):
-        runs, buffers = [], []  # compiled: the row scaling, BN (its running statistics too) and the activation at once
-        for fused, compile in ((False, False), (True, False), (True, True)):
-            training = lu_real.StackedTraining(labels, 5, cfg, compile=compile)
-            training.fused = fused
-            training.allocate(3)
-            runs.append(torch.stack([training._train_step(xb, yb)[0] for xb, yb in batches]))
-            buffers.append([b.clone() for b in training.model.buffers()])
-            assert training.mode == "eager" + (", compiled activations" if compile else "")
-        torch.testing.assert_close(runs[1], runs[0], rtol=1e-6, atol=0)
-        torch.testing.assert_close(runs[2], runs[0], rtol=1e-5, atol=0)
-        for eager, compiled in zip(buffers[0], buffers[2]):
-            torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
-
-
 def test_the_stacked_benchmark_times_one_network_and_each_stack_in_one_run():
     from gmp import bench
 
     lines = []
     rows = bench.stacked(depth=3, width=16, batch=8, in_features=5, stacks=(1, 3), steps=2, print_fn=lines.append)
     assert [(r["what"], r["networks"]) for r in rows] == [
-        ("one network (Training, foreach SGD)", 1), ("StackedTraining (eager)", 1), ("StackedTraining (eager)", 3)]
+        ("one network (Training, foreach SGD)", 1), ("StackedTraining (eager, stacked kernels)", 1),
+        ("StackedTraining (eager, stacked kernels)", 3)]
     assert all(r["ms_per_network_step"] > 0 for r in rows) and rows[0]["speedup"] == 1.0
     assert rows[2]["gflops"] == pytest.approx(6 * 8 * 16 ** 2 * 3 / rows[2]["ms_per_network_step"] / 1e6)
     assert "depth 3, width 16, batch 8" in lines[0] and not any("projected" in line for line in lines)
 
 
-def test_the_gram_gradient_norm_says_how_much_of_the_product_it_kept():
-    """``||dE/dV||^2 = ||A^T X||^2 - sum_i (c_i/s_i)^2`` equals the norm of the gradient formed whole,
-    and its tangential share is the part of ``||A^T X||^2`` kept: about 1 for a random product, about
-    1e-8 for one whose rows lie along the weights' up to 1e-4 (where the difference loses that much
-    precision); the stacked trainer journals each network's smallest share of the epoch."""
-    from gmp.models.stacked import _radial
+def test_the_planner_cuts_a_group_the_measured_time_cannot_finish_and_measures_again(tmp_path, monkeypatch):
+    """The whole group is probed first; where its measured time exceeds what the lease has left, it is cut to
+    what the measured time per network allows and probed again; a group that even one network cannot finish
+    is never started."""
+    from gmp import results
 
-    g = torch.Generator().manual_seed(3)
-    V = torch.randn(2, 6, 6, generator=g, dtype=torch.float64)
-    s = V.norm(dim=-1).reciprocal().unsqueeze(-2)
-    W = V * s.transpose(-1, -2)
-    radial = W * torch.randn(2, 6, 1, generator=g, dtype=torch.float64)
-    for P, small in ((torch.randn(2, 6, 6, generator=g, dtype=torch.float64), False),
-                     (radial + 1e-4 * torch.randn(2, 6, 6, generator=g, dtype=torch.float64), True)):
-        A, X = P.transpose(-1, -2), torch.eye(6, dtype=torch.float64).expand(2, 6, 6)  # A^T X = P
-        ds = (P * V).sum(-1).unsqueeze(-2) / s
-        c, norm_sq, share = _radial(ds, s, A @ A.transpose(-1, -2), X @ X.transpose(-1, -2))
-        whole = P + c.transpose(-1, -2) * V
-        torch.testing.assert_close(norm_sq, whole.pow(2).sum((-1, -2)), rtol=1e-6, atol=0)
-        torch.testing.assert_close(share, norm_sq / P.pow(2).sum((-1, -2)), rtol=1e-12, atol=0)
-        assert (share < 1e-6).all() if small else (share > 0.3).all()
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
+    cfg = gmp.load_config("lu_real", "smoke")
+    seconds = {4: 60.0, 3: 45.0}
+    monkeypatch.setattr(gpu.lu_real, "probe", lambda labels, *args, **kwargs: {
+        "mode": "stacked kernels", "networks": len(labels), "seconds_per_step": seconds[len(labels)],
+        "epoch_eval_seconds": 0.0, "final_seconds": 0.0})
+    import time
+
+    group = gpu.load_group(cfg)
+    steps = math.ceil(group[2][0][0].shape[0] / int(cfg["batch_size"]))
+    summary = gpu.train_group(tmp_path / "out", cfg, "cpu", time.monotonic() + 1e6, 0, None, group,
+                              lease_deadline=time.monotonic() + 50 * steps)
+    assert [p["networks"] for p in summary["probes"]] == [4, 3]  # 4 need 60 s a step: cut to 3, measured again
+    assert summary["finished"] and summary["networks"] == group[1][:3]
+    seconds[1] = 1e9
+    summary = gpu.train_group(tmp_path / "out", cfg, "cpu", time.monotonic() + 1e6, 0, 1, group,
+                              lease_deadline=time.monotonic() + 100)
+    assert "nothing trained" in summary["status"] and "networks" not in summary
+
+
+def test_build_group_equals_building_each_network():
+    """The networks of a group share their first network's draw (one seed, one shape): copying it equals
+    building each, for plain, GPN and BN networks."""
+    cfg = _cfg(width=8, depth=3)
+    labels = ["Tanh", "SELU-GPN", "ReLU-BN", "GELU-GPN-BN"]
+    for net, label in zip(lu_real.build_group(labels, 5, cfg, 3), labels):
+        want = lu_real.build(label.removesuffix("-BN"), label.endswith("-BN"), 5, cfg, 3)
+        assert net.state_dict().keys() == want.state_dict().keys()
+        for key, value in want.state_dict().items():
+            assert torch.equal(net.state_dict()[key], value), (label, key)
+        assert type(net.phi) is type(want.phi) and repr(net.phi) == repr(want.phi)
+
+
+def test_a_stack_saved_after_an_epoch_continues_bit_for_bit(tmp_path):
+    """Stopping after one epoch, saving the whole state and continuing in a new stack gives the curves and
+    weights of one uninterrupted run bit for bit (with and without BN)."""
     cfg, (train, test) = _cfg(), _data()
-    metrics = lu_real.StackedTraining(["ReLU-GPN", "SELU-BN"], 5, cfg).run_epoch(train, test, final=False)
-    assert all(0 < m["tangential_share_min"] <= 1 for m in metrics)
+    labels = ["ReLU", "SELU-GPN", "Tanh-BN", "GELU-GPN-BN"]
+    whole = lu_real.StackedTraining(labels, 5, cfg)
+    straight = [whole.run_epoch(train, test, final=epoch == 3) for epoch in (1, 2, 3)]
+    first = lu_real.StackedTraining(labels, 5, cfg)
+    resumed = [first.run_epoch(train, test, final=False)]
+    first.save(tmp_path / "state.pt", {"kept": 1})
+    second = lu_real.StackedTraining(labels, 5, cfg)
+    assert second.load(tmp_path / "state.pt") == {"kept": 1} and second.epoch == 1
+    resumed += [second.run_epoch(train, test, final=epoch == 3) for epoch in (2, 3)]
+    drop = {"seconds"}
+    assert [[{k: v for k, v in m.items() if k not in drop} for m in epoch] for epoch in resumed] == \
+        [[{k: v for k, v in m.items() if k not in drop} for m in epoch] for epoch in straight]
+    for a, b in zip(whole.params + whole.momentum_buffers, second.params + second.momentum_buffers):
+        assert torch.equal(a, b)
+    other = lu_real.StackedTraining(labels[:2], 5, cfg)
+    with pytest.raises(ValueError, match="state.pt: the saved stack is of"):
+        other.load(tmp_path / "state.pt")
+
+
+def test_a_group_continues_across_two_commands_of_one_lease(tmp_path, monkeypatch):
+    """With a state folder, a group that one command cannot finish saves its state at the command's deadline
+    (nothing journalled, its epochs labelled unfinished), and the next command continues it from there and
+    journals it whole, with the epochs of one uninterrupted run."""
+    import time
+
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
+    cfg = Config("lu_real", "smoke", {**gmp.load_config("lu_real", "smoke").as_dict(),
+                                      "epochs": {"digits": 3, "mnist1d": 1}})
+    group = gpu.load_group(cfg)
+    now = time.monotonic()
+    monkeypatch.setattr(gpu.lu_real, "probe", lambda labels, *args, **kwargs: {
+        "mode": "stacked kernels", "networks": len(labels), "seconds_per_step": 1.0, "epoch_eval_seconds": 0.0,
+        "final_seconds": 0.0})
+    steps = math.ceil(group[2][0][0].shape[0] / int(cfg["batch_size"]))
+    clock = {"t": now}
+    monkeypatch.setattr(gpu.lu_real.time, "monotonic", lambda: clock["t"])
+    original = lu_real.StackedTraining.run_epoch
+
+    def epoch_takes_its_steps(self, *args, **kwargs):  # each epoch advances the clock by its measured time
+        clock["t"] += steps * 1.0
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(lu_real.StackedTraining, "run_epoch", epoch_takes_its_steps)
+    first = gpu.train_group(tmp_path / "out1", cfg, "cpu", now + 1.5 * steps + 20, 0, None, group, tmp_path / "state",
+                            lease_deadline=now + 100 * steps)
+    assert not first["finished"] and first["epochs_done"] == 1 and "state" in first
+    assert not (tmp_path / "out1" / "lu_real" / "_partial").exists()
+    second = gpu.train_group(tmp_path / "out2", cfg, "cpu", clock["t"] + 100 * steps, 0, None, group,
+                             tmp_path / "state", lease_deadline=clock["t"] + 100 * steps)
+    assert second["finished"] and second["epochs_done"] == 3 and "resumed_from" in second
+    assert not list((tmp_path / "state").iterdir())
+    monkeypatch.setattr(lu_real.StackedTraining, "run_epoch", original)
+    straight = lu_real.StackedTraining(group[1], group[2][0][0].shape[1], cfg)
+    want = {lu_real.epoch_key("digits", label, 0, epoch): m for epoch in (1, 2, 3)
+            for label, m in zip(group[1], straight.run_epoch(*group[2], final=epoch == 3))}
+    got = {e["key"]: e["value"] for e in results.journal_entries(
+        tmp_path / "out2" / "lu_real" / "_partial" / f"smoke-{cfg.digest}.jsonl")}
+    assert got.keys() == want.keys()
+    for key in want:
+        assert {k: v for k, v in got[key].items() if k != "seconds"} == {
+            k: v for k, v in want[key].items() if k != "seconds"}, key
+
+
+def test_the_lease_script_rehearses_on_a_cpu_and_leaves_only_what_comes_back(tmp_path, monkeypatch, root):
+    """``python -m gmp.gpu lease OUT`` on a CPU at smoke scale, in a process that cannot import what the GPU
+    image lacks: the next group probed and trained whole in the stacked kernels' mode, journalled, its state
+    folder left empty; under OUT only what comes back; ``merge`` adds the journal and keeps the summary."""
+    import subprocess
+    import sys
+
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
+    out, state = tmp_path / "out", tmp_path / "state"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "gpu_image"), str(root)])}
+    done = subprocess.run([sys.executable, "-m", "gmp.gpu", "lease", str(out), "--device", "cpu", "--scale", "smoke",
+                           "--state", str(state), "--smoke-seconds", "0", "--seconds", "300"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    run = summary["lu_real"]
+    assert run["finished"] and run["mode"] == "stacked kernels" and [p["networks"] for p in run["probes"]] == [4]
+    assert summary["smoke"] == {"skipped": "--smoke-seconds 0"} and not list(state.glob("*"))
+    cfg = gmp.load_config("lu_real", "smoke")
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == ["gpu.json", f"lu_real/_partial/smoke-{cfg.digest}.jsonl", "summary.json"]
+    assert gpu.return_problems(out) == [] == summary["return_problems"]
+    added = gpu.merge(out, tmp_path / "repo")
+    assert len(added) == 4 and [p.name.split("-", 2)[2] for p in sorted((tmp_path / "repo" / "lu_real" / "leases")
+                                                                       .iterdir())] == ["summary.json"]
+
+
+def test_the_lease_skips_the_smoke_run_once_a_kept_lease_has_shown_it_passing(tmp_path):
+    from gmp.gpu.lease import smoke_shown_passing
+
+    leases = tmp_path / "leases"
+    leases.mkdir()
+    (leases / "20261128-164413-summary.json").write_text(json.dumps(
+        {"smoke": {"chapters_ok": 18, "chapters": 18, "failed": [], "cuda_tests_rc": 1}}))
+    assert smoke_shown_passing(leases) is None  # a cuda test failed
+    (leases / "20261129-100000-summary.json").write_text(json.dumps(
+        {"smoke": {"chapters_ok": 18, "chapters": 18, "failed": [], "cuda_tests_rc": 0}}))
+    assert smoke_shown_passing(leases) == "20261129-100000-summary.json"
+

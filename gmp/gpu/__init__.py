@@ -51,18 +51,21 @@ The package, one module per job, each importing only those before it:
 - :mod:`~gmp.gpu.lu_real`: the ``lu_real`` group (step 3);
 - :mod:`~gmp.gpu.units`: the Part III units (step 4);
 - :mod:`~gmp.gpu.returned`: ``merge``;
+- :mod:`~gmp.gpu.measure`: the measurement of the stacked step (``OUT/measure.json``);
+- :mod:`~gmp.gpu.lease`: ``python -m gmp.gpu lease OUT``, the prepared command of a lease for
+  ``lu_real`` (measure, train the group, state across two commands, smoke with the time left);
 - :mod:`~gmp.gpu.command`: the command itself (steps 1 and 5), run by ``python -m gmp.gpu``.
 """
 
 from .chapters import chapter_code, run_chapter, smoke, without_ipython
 from .command import environment, main
 from .files import FOLDED, RETURN_BYTES, RETURN_DEPTH, RETURN_FILES, ROOT, return_problems
-from .lu_real import MODES, load_group, next_group, predicted_networks, train_group
+from .lu_real import MODES, group_seconds, load_group, mode_options, next_group, probe, state_path, train_group
 from .returned import merge, returned_device
 from .units import (STACKED_CHAPTERS, UNIT_CHAPTERS, compute_units, compute_units_stacked, missing_units,
                     stacked_units_job, unit_config, unit_keys, units_job)
 
 __all__ = ["main", "environment", "chapter_code", "run_chapter", "smoke", "without_ipython", "next_group", "load_group",
-           "train_group", "predicted_networks", "MODES", "unit_config", "unit_keys", "missing_units", "compute_units",
+           "train_group", "probe", "group_seconds", "mode_options", "state_path", "MODES", "unit_config", "unit_keys", "missing_units", "compute_units",
            "compute_units_stacked", "stacked_units_job", "units_job", "merge", "returned_device", "return_problems",
            "UNIT_CHAPTERS", "STACKED_CHAPTERS", "FOLDED", "RETURN_FILES", "RETURN_BYTES", "RETURN_DEPTH", "ROOT"]

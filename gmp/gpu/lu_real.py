@@ -7,6 +7,7 @@ import math
 import os
 import shutil
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,53 +43,69 @@ def next_group(cfg: Mapping[str, Any], units: Mapping[str, Any], seed: int = 0) 
     return "", []
 
 
-MODES = ("CUDA graph, compiled activations", "CUDA graph", "eager")
-"""The ways :func:`train_group` may run the stacked step, fastest first; on CUDA each is tried until one works."""
+MODES = ("CUDA graph, stacked kernels", "stacked kernels", "CUDA graph, torch reference", "torch reference")
+"""The ways :func:`train_group` may run the stacked step, fastest first; on CUDA each is tried until one
+works, and each failure is kept whole in the summary's ``notes``. Every mode applies each network's own
+activation only (:mod:`gmp.models.stacked_ops`); the stacked kernels are six kernels per square
+layer-step, the torch reference many more."""
 
 
-def _probe(labels: list[str], networks: list[Any], cfg: Any, device: str, x: torch.Tensor, y: torch.Tensor,
-           notes: list[str], modes: Sequence[str], steps: int = 10) -> tuple[str, float]:
-    """``(mode, seconds per full mini-batch step)`` of a throw-away stack of ``labels`` (built
-    from ``networks``): the first of ``modes`` that works, timed after a warm-up; ``notes``
-    says why any other failed."""
+def mode_options(mode: str) -> dict[str, bool]:
+    """The :class:`~gmp.experiments.lu_real.stacked.StackedTraining` options of a mode of :data:`MODES`."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+    return {"graph": mode.startswith("CUDA graph"), "kernels": "stacked kernels" in mode}
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def probe(labels: list[str], networks: list[Any], cfg: Any, device: str, train: Any, test: Any, notes: list[str],
+          modes: Sequence[str], steps: int = 10) -> dict[str, Any]:
+    """The measured cost of training ``labels`` (built as ``networks``) stacked, in the first of
+    ``modes`` that works: ``seconds_per_step`` (a full mini-batch, after the warm-up that captures
+    and compiles), ``epoch_eval_seconds`` (what each epoch adds: test accuracy and drift) and
+    ``final_seconds`` (the last epoch's training accuracy). The stack is thrown away (its probe
+    trained it). ``notes`` gets each failed mode's whole traceback."""
     from gmp.experiments import lu_real
 
     size = int(cfg["batch_size"])
+    x, y = train[0].to(device), train[1].to(device)
+    tx, ty = test[0].to(device), test[1].to(device)
     for mode in modes:
         training = None
         try:
-            training = lu_real.StackedTraining(labels, x.shape[1], cfg, device, graph=mode.startswith("CUDA graph"),
-                                               compile="compiled" in mode, networks=networks)
+            training = lu_real.StackedTraining(labels, x.shape[1], cfg, device, networks=networks, **mode_options(mode))
             seconds = training.seconds_per_step(x, y, steps)
-            if x.shape[0] % size:  # the shorter last batch and the evaluation's chunks: compiled here, not in the run
+            if x.shape[0] % size:  # the shorter last batch, eager: its kernels compiled here, not in the run
                 training._train_step(x[:x.shape[0] % size], y[:x.shape[0] % size])
-            training._accuracy(x[:1000], y[:1000])
-            return mode, seconds
-        except Exception as err:
-            notes.append(f"{mode} failed, trying the next mode: {type(err).__name__}: {err}"[:600])
+            training._accuracy(tx[:1000], ty[:1000])
+            _sync(device)
+            start = time.perf_counter()
+            training._accuracy(tx, ty)
+            training.model.orthogonality_drift()
+            _sync(device)
+            middle = time.perf_counter()
+            training._accuracy(x, y)
+            _sync(device)
+            return {"mode": mode, "networks": len(labels), "seconds_per_step": seconds,
+                    "epoch_eval_seconds": middle - start, "final_seconds": time.perf_counter() - middle}
+        except Exception:
+            notes.append(f"{mode}, {len(labels)} networks, failed (trying the next mode):\n{traceback.format_exc()}")
             print(f"  {notes[-1]}", flush=True)
         finally:
             del training
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
-    raise RuntimeError(f"every mode failed ({', '.join(modes)}): " + " | ".join(notes[-len(modes):]))
+    raise RuntimeError(f"every mode failed ({', '.join(modes)}); the summary's notes hold each traceback")
 
 
-def predicted_networks(cfg: Any, labels: Sequence[str], device_name: str, steps: int, seconds: float) -> int | None:
-    """How many of ``labels`` (a group, without or with BN) the count model says finish ``steps``
-    steps in ``seconds`` on the GPU named ``device_name``: :func:`gmp.bench.lease_prediction` of
-    the compiled step's counted bytes (:data:`gmp.bench.COMPILED_COUNT`, scaled by ``cfg``'s
-    width squared) at the card's bandwidth (:data:`gmp.bench.CARDS`); ``None`` for a card the
-    model does not know (the probes alone decide there)."""
-    from gmp import bench
-
-    card = next((card for card in bench.CARDS if card in device_name), None)
-    if card is None or not labels:
-        return None
-    kernels, per_network = bench.COMPILED_COUNT[labels[0].endswith("-BN")]
-    scale = (int(cfg["width"]) / bench.COUNT_WIDTH) ** 2
-    return max(1, bench.lease_prediction(per_network * scale, kernels, bench.CARDS[card], depth=int(cfg["depth"]),
-                                         steps=steps, seconds=seconds, most=len(labels))["networks"])
+def group_seconds(measured: Mapping[str, Any], epochs: int, steps: int, epochs_done: int = 0) -> float:
+    """The seconds a probed group (:func:`probe`) needs for its epochs after ``epochs_done``."""
+    left = epochs - epochs_done
+    return left * (steps * measured["seconds_per_step"] + measured["epoch_eval_seconds"]) + measured["final_seconds"]
 
 
 def load_group(cfg: Any, seed: int = 0) -> tuple[str, list[str], Any]:
@@ -104,126 +121,111 @@ def load_group(cfg: Any, seed: int = 0) -> tuple[str, list[str], Any]:
     return dataset, labels, (lu_real.load_split(dataset, True, cfg["max_train"]), lu_real.load_split(dataset, False))
 
 
+def state_path(state: Path, cfg: Any, dataset: str) -> Path:
+    """Where a group of ``cfg``'s run on ``dataset`` keeps its whole state between two commands of one lease."""
+    return state / f"lu_real-{cfg.scale}-{cfg.digest}-{dataset}.pt"
+
+
 def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, networks: int | None,
-                group: tuple[str, list[str], Any] | None = None) -> dict[str, Any]:
-    """Train the next group (:func:`load_group`, or ``group``) of the ``lu_real`` run until
-    ``deadline`` (monotonic s): as many of its networks as finish all their epochs by then. On a
-    card the count model knows, the number it predicts (``predicted_networks``) is probed and
-    corrected by the measured step time (more if it leaves room, fewer if it does not); elsewhere
-    by the step time measured for one network, for all of them and for the number chosen."""
+                group: tuple[str, list[str], Any] | None = None, state: Path | None = None,
+                lease_deadline: float | None = None) -> dict[str, Any]:
+    """Train the next group (:func:`load_group`, or ``group``) of the ``lu_real`` run: this command
+    until ``deadline`` (monotonic s), the lease until ``lease_deadline`` (default ``deadline``).
+
+    The networks are built once (:func:`~gmp.experiments.lu_real.build_group`). The whole group
+    (or ``networks`` of it) is probed on the device (:func:`probe`: step, evaluation); a group whose
+    measured time does not fit in the lease is cut to as many networks as the measured time per
+    network allows and probed again, never started unless the measurement says it finishes. With
+    ``state`` (an ignored folder that survives between two commands of one lease), a group this
+    command cannot finish saves its whole state there at ``deadline`` and the next command
+    continues it bit for bit; without it, or once the measured epochs show that the lease cannot
+    finish it, the group stops and journals nothing (its epochs go to
+    ``OUT/lu_real/unfinished-<scale>.jsonl``, labelled). A finished group is journalled whole."""
     from gmp import results
     from gmp.experiments import lu_real
 
+    lease_deadline = deadline if lease_deadline is None else lease_deadline
     dataset, labels, data = group if group is not None else load_group(cfg, seed)
     summary: dict[str, Any] = {"scale": cfg.scale, "config_digest": cfg.digest, "dataset": dataset,
-                               "pending": labels, "notes": [], "probe_ms_per_step": {}}
+                               "pending": labels, "notes": [], "probes": []}
     if not labels:
         summary["status"] = "every network of the run is journalled"
         return summary
     train, test = data
     epochs = int(cfg["epochs"][dataset])
     steps = math.ceil(train[0].shape[0] / int(cfg["batch_size"]))
-    x, y = train[0].to(device), train[1].to(device)
     width = train[0].shape[1]
-    modes = list(MODES if device.startswith("cuda") else ("eager",))
-    built: dict[str, Any] = {}
-
-    def minutes(step_seconds: float) -> float:
-        return epochs * steps * step_seconds * 1.3 / 60  # 30% for each epoch's evaluation and drift, and slack
-
-    def left() -> float:
-        return (deadline - time.monotonic()) / 60
-
-    def measure(count: int) -> float:
-        """Seconds per step of the first ``count`` networks, in the fastest mode that works."""
-        for label in labels[:count]:
-            if label not in built:
-                built[label] = lu_real.build(label.removesuffix("-BN"), label.endswith("-BN"), width, cfg, seed)
-        mode, seconds = _probe(labels[:count], [built[k] for k in labels[:count]], cfg, device, x, y,
-                               summary["notes"], modes)
-        del modes[:modes.index(mode)]
-        summary["mode"] = mode
-        summary["probe_ms_per_step"][count] = 1e3 * seconds
-        print(f"  step of {count} network{'s' if count > 1 else ''} ({mode}): {1e3 * seconds:.2f} ms, "
-              f"{minutes(seconds):.1f} min for {epochs} epochs; {left():.1f} min left", flush=True)
-        return seconds
-
-    if left() <= 0:
-        summary["status"] = "no time left: nothing trained"
-        return summary
-    predicted = predicted_networks(cfg, labels, torch.cuda.get_device_name(device) if device.startswith("cuda") else "",
-                                   epochs * steps, 0.9 * left() * 60 / 1.3)
-    summary["predicted_networks"] = predicted
-    if networks is not None:
-        count = min(networks, len(labels))
-        measure(count)
-    elif predicted is not None:  # the count model's number, then corrected by its probe
-        count = predicted
-        chosen = measure(count)
-        if minutes(chosen) <= 0.9 * left() and count < len(labels):
-            count = min(len(labels), int(count * 0.9 * left() / minutes(chosen)))
-            if count > predicted:
-                chosen = measure(count)
-        if minutes(chosen) > 0.9 * left():  # fewer, at the measured time per network
-            count = int(count * 0.9 * left() / minutes(chosen))
-            if count < 1:
-                summary["status"] = (f"not even one network finishes its {epochs} epochs in the {left():.1f} min "
-                                     "left at the measured step time (probe_ms_per_step): nothing trained")
-                return summary
-    else:
-        one = measure(1)
-        first_mode = summary["mode"]
-        every = measure(len(labels)) if len(labels) > 1 and minutes(one) <= 0.9 * left() else one
-        if summary["mode"] != first_mode:  # all of them fell back to a slower mode: one again, in that mode
-            one = measure(1)
-        if minutes(one) > 0.9 * left():
-            summary["status"] = (f"not even one network finishes its {epochs} epochs in the {left():.1f} min "
-                                 "left at the measured step time (probe_ms_per_step): nothing trained")
-            return summary
-        fits = [k for k in range(1, len(labels) + 1)
-                if minutes(one + (every - one) * (k - 1) / max(len(labels) - 1, 1)) <= 0.9 * left()]
-        count = max(fits) if fits else 1
-        if 1 < count < len(labels):  # measure (and compile for) the number chosen; fewer if it is slower
-            chosen = measure(count)
-            if minutes(chosen) > 0.9 * left():
-                count = max(1, int(count * 0.9 * left() / minutes(chosen)))
-    chosen_labels = labels[:count]
-    training = lu_real.StackedTraining(chosen_labels, width, cfg, device, seed,
-                                       graph=summary["mode"].startswith("CUDA graph"),
-                                       compile="compiled" in summary["mode"],
-                                       networks=[built[k] for k in chosen_labels])
-    built.clear()
-    summary.update(networks=chosen_labels, epochs=epochs, steps_per_epoch=steps)
-    print(f"  training {count} of {len(labels)} networks: {', '.join(chosen_labels)}", flush=True)
-    unfinished_path = out / "lu_real" / f"unfinished-{cfg.scale}.jsonl"
+    saved = state_path(state, cfg, dataset) if state is not None else None
+    modes = list(MODES if device.startswith("cuda") else ("stacked kernels",))
     kept: dict[str, dict[str, Any]] = {}
+    resumed = saved is not None and saved.exists()
+    if resumed:
+        head = torch.load(saved, map_location="cpu", weights_only=False)
+        chosen, measured = head["labels"], head["extra"]["measured"]
+        del head
+        built = lu_real.build_group(chosen, width, cfg, seed)
+        summary["resumed_from"] = str(saved)
+    else:
+        count = min(networks or len(labels), len(labels))
+        built = lu_real.build_group(labels[:count], width, cfg, seed)
+        while True:
+            measured = probe(labels[:count], built[:count], cfg, device, train, test, summary["notes"], modes)
+            modes = modes[modes.index(measured["mode"]):]
+            need = group_seconds(measured, epochs, steps)
+            summary["probes"].append({**measured, "group_minutes": need / 60})
+            left = lease_deadline - time.monotonic()
+            print(f"  {count} networks ({measured['mode']}): {1e3 * measured['seconds_per_step']:.2f} ms per step, "
+                  f"{need / 60:.1f} min for {epochs} epochs; {left / 60:.1f} min left", flush=True)
+            if need <= 0.95 * left:
+                break
+            fewer = min(count - 1, int(count * 0.95 * left / need))
+            if fewer < 1:
+                summary["status"] = (f"not even one network finishes its {epochs} epochs in the {left / 60:.1f} min "
+                                     "left at the measured step (probes): nothing trained")
+                return summary
+            count = fewer
+        chosen = labels[:count]
+    training = lu_real.StackedTraining(chosen, width, cfg, device, seed, networks=built[:len(chosen)],
+                                       **mode_options(measured["mode"]))
+    del built
+    if resumed:
+        kept = training.load(saved)["kept"]
+    summary.update(networks=chosen, epochs=epochs, steps_per_epoch=steps, mode=measured["mode"])
+    print(f"  training {len(chosen)} of {len(labels)} networks from epoch {training.epoch + 1}: {', '.join(chosen)}",
+          flush=True)
+    unfinished_path = out / "lu_real" / f"unfinished-{cfg.scale}.jsonl"
     started = time.perf_counter()
-    first_done = None
-    for epoch in range(1, epochs + 1):
-        if first_done is not None and epoch > 2:  # from the end of epoch 1: its capture and compilation are one-off
-            per_epoch = (time.perf_counter() - first_done) / (epoch - 2)
-            if time.monotonic() + per_epoch * (epochs - epoch + 1) > deadline:
-                summary["notes"].append(f"stopped after epoch {epoch - 1}: at {per_epoch:.1f} s per epoch the group "
-                                        "would end past the deadline")
-                break  # the group cannot finish: end now and leave the rest of the lease unspent
+    first_epoch = training.epoch
+    per_epoch = steps * measured["seconds_per_step"] + measured["epoch_eval_seconds"]
+    while training.epoch < epochs:
+        epoch = training.epoch + 1
+        if time.monotonic() + per_epoch + 20 > deadline:  # 20 s: the state written, the journal and the summary
+            break
+        if time.monotonic() + (epochs - epoch + 1) * per_epoch > lease_deadline:
+            summary["notes"].append(f"stopped before epoch {epoch}: at {per_epoch:.1f} s per epoch the group would end "
+                                    "after the lease")
+            saved = None  # the next command could not finish it either
+            break
+        begin = time.perf_counter()
         metrics = training.run_epoch(train, test, final=epoch == epochs)
-        if epoch == 1:
-            first_done = time.perf_counter()
-        for label, m in zip(chosen_labels, metrics):
+        if epoch > first_epoch + 1:  # the first epoch of a command captures the step: not a measure of the rest
+            per_epoch = time.perf_counter() - begin
+        for label, m in zip(chosen, metrics):
             key = lu_real.epoch_key(dataset, label, seed, epoch)
             kept[key] = m
             append_line(unfinished_path, {"key": key, "value": m, "note": "not journalled until the group finishes"})
         print(f"  epoch {epoch}/{epochs}: {(time.perf_counter() - started) / 60:.1f} min, test accuracy "
-              + ", ".join(f"{label} {m.get('test_acc')}" for label, m in zip(chosen_labels, metrics)), flush=True)
+              + ", ".join(f"{label} {m.get('test_acc')}" for label, m in zip(chosen, metrics)), flush=True)
         if all(m["diverged"] for m in metrics):
             break
     finished = training.epoch == epochs or all(any(kept.get(lu_real.epoch_key(dataset, label, seed, e), {}).get(
-        "diverged") for e in range(1, epochs + 1)) for label in chosen_labels)
+        "diverged") for e in range(1, epochs + 1)) for label in chosen)
     elapsed = time.perf_counter() - started
-    summary.update(mode=training.mode, epochs_done=training.epoch, minutes=elapsed / 60, finished=finished,
-                   ms_per_step=1e3 * elapsed / max(training.step, 1) if training.epoch else None)
+    done = training.epoch - first_epoch
+    summary.update(epochs_done=training.epoch, minutes=elapsed / 60, finished=finished,
+                   ms_per_step=1e3 * elapsed / (done * steps) if done else None)
     if finished:
-        by_network = sorted(kept, key=lambda key: (chosen_labels.index(key.split("/")[1]), int(key.rsplit("epoch", 1)[1])))
+        by_network = sorted(kept, key=lambda key: (chosen.index(key.split("/")[1]), int(key.rsplit("epoch", 1)[1])))
         previous = os.environ.get(results.STAGING_ENV)
         os.environ[results.STAGING_ENV] = str(out / "lu_real" / f".staging-{cfg.scale}")  # the journal goes under OUT
         try:
@@ -236,9 +238,16 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
             # The Store's bookkeeping files go: at most 8 files come back from a GPU machine.
             shutil.rmtree(out / "lu_real" / f".staging-{cfg.scale}", ignore_errors=True)
         unfinished_path.unlink(missing_ok=True)
+        if saved is not None:
+            saved.unlink(missing_ok=True)
         summary["journal"] = f"lu_real/_partial/{cfg.scale}-{cfg.digest}.jsonl"
-        summary["status"] = f"{len(chosen_labels)} networks journalled whole"
+        summary["status"] = f"{len(chosen)} networks journalled whole"
+    elif saved is not None and training.epoch > 0:
+        training.save(saved, {"kept": kept, "measured": measured})
+        summary["state"] = str(saved)
+        summary["status"] = (f"stopped at this command's deadline after epoch {training.epoch} of {epochs}; the whole "
+                             f"state is in {saved}: the next command of this lease continues it")
     else:
-        summary["status"] = (f"stopped by the deadline at epoch {training.epoch} of {epochs}: nothing journalled; "
-                             f"the epochs done are in {unfinished_path.relative_to(out)}")
+        summary["status"] = (f"stopped at epoch {training.epoch} of {epochs}: nothing journalled; the epochs done are "
+                             f"in {unfinished_path.relative_to(out)}")
     return summary

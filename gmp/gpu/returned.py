@@ -223,4 +223,34 @@ def _merge_locked(out: Path, root: Path) -> list[str]:
     for target, lines in appends:
         results.append_journal(target, [json.dumps(e) for e in lines])
         added += [e["key"] for e in lines]
+    keep_lease_record(out, root / "lu_real" / "leases")
     return added
+
+
+def keep_lease_record(out: Path, leases: Path) -> list[Path]:
+    """Keep what a lease measured beside the journals: ``out/summary.json`` and ``out/measure.json`` as
+    ``leases/<stamp>-summary.json`` and ``<stamp>-measure.json``, the stamp the command's start
+    (``gpu.json``'s or the summary's ``environment`` date); a record kept already is left as it is. Returns
+    the files written."""
+    if not (out / "summary.json").is_file():
+        return []
+    summary = json.loads((out / "summary.json").read_text())
+    environment = summary.get("environment")
+    if (out / "gpu.json").is_file():
+        environment = json.loads((out / "gpu.json").read_text())
+    if not isinstance(environment, dict) or not environment.get("date"):
+        raise ValueError(f"{out}: neither gpu.json nor summary.json says when the command ran: its summary was not "
+                         "kept (the journals were merged)")
+    stamp = "".join(ch for ch in str(environment["date"]) if ch.isdigit())
+    written = []
+    for name in ("summary.json", "measure.json"):
+        target = leases / f"{stamp[:8]}-{stamp[8:14]}-{name}"
+        if (out / name).is_file() and not target.exists():
+            record = json.loads((out / name).read_text())
+            if name == "summary.json":
+                record.setdefault("environment", environment)
+            leases.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps(record, indent=1) + "\n")
+            written.append(target)
+            print(f"  kept {name} as {target}", flush=True)
+    return written

@@ -15,7 +15,10 @@ kernel launches. Every network keeps its own function exactly:
 
 Trained by :class:`gmp.experiments.lu_real.stacked.StackedTraining`, the square layers take SGD with
 momentum in the backward pass (:meth:`StackedDeepMLP.update_in_backward`), so that their
-gradients are never formed: the fewest passes over each ``n x n`` weight.
+gradients are never stored: the fewest passes over each ``n x n`` weight. A square layer's step
+is six kernels on CUDA whatever the number of networks and with or without BN (three products
+and the three operators of :mod:`gmp.models.stacked_ops`, each network's own activation read by
+the kernel): what keeps a captured step's time the products', not the launches'.
 
 All networks see the same mini-batch at each step (a paired design). A network whose
 numbers become infinite or NaN stays so within its own slice of every tensor and changes no
@@ -30,6 +33,7 @@ import torch
 from torch import nn
 
 from gmp.gpn import ACTIVATIONS, GPN, _Named
+from gmp.models import stacked_ops
 from gmp.models.deep import DeepMLP, RowNormalizedLinear
 
 __all__ = ["SGDInBackward", "StackedDeepMLP"]
@@ -66,96 +70,43 @@ def _check_same_shape(networks: Sequence[DeepMLP]) -> None:
                              "biases, activation after the bottom layer and dtype must agree)")
 
 
-def _stacked_phi(h: torch.Tensor, kind: torch.Tensor, a: torch.Tensor, b: torch.Tensor, kinds: tuple[int, ...],
-                 gpn: bool) -> torch.Tensor:
-    """``a phi_kind(h) + b`` per network: every kind in ``kinds`` computed, the network's own kept."""
-    y = None
-    for k in kinds:
-        out = ACTIVATIONS[_KINDS[k]](h)
-        y = out if y is None else torch.where(kind == k, out, y)
-    return a * y + b if gpn else y
-
-
-def _scaled_phi(u: torch.Tensor, s: torch.Tensor, kind: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                kinds: tuple[int, ...], gpn: bool) -> torch.Tensor:
-    """``phi(u diag(s))`` per network: the row scaling of Eq. (55) and the activation in one pass."""
-    return _stacked_phi(u * s, kind, a, b, kinds, gpn)
-
-
-def _stacked_batchnorm(h: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, weight: torch.Tensor,
-                       bias: torch.Tensor, mask: torch.Tensor | None, training: bool, momentum: float,
-                       eps: float) -> torch.Tensor:
-    """``nn.BatchNorm1d`` of each network on its own batch (running statistics ``mean``, ``var``
-    ``(N, n)`` updated in training mode, used in eval mode): one ``F.batch_norm`` over the ``N * n``
-    features of all networks, each its own channel; a network whose ``mask`` is false keeps ``h``."""
-    size, batch, width = h.shape
-    flat = h.transpose(0, 1).reshape(batch, size * width)
-    out = nn.functional.batch_norm(flat, mean.view(-1), var.view(-1), weight.view(-1), bias.view(-1), training,
-                                   momentum, eps)
-    out = out.view(batch, size, width).transpose(0, 1).contiguous()  # one layout for what follows
-    return out if mask is None else torch.where(mask, out, h)
-
-
-def _scaled_batchnorm_phi(u: torch.Tensor, s: torch.Tensor, bn: tuple, kind: torch.Tensor, a: torch.Tensor,
-                          b: torch.Tensor, kinds: tuple[int, ...], gpn: bool) -> torch.Tensor:
-    """``phi(BN(u diag(s)))`` per network (``bn`` the arguments of :func:`_stacked_batchnorm` after ``h``)."""
-    return _stacked_phi(_stacked_batchnorm(u * s, *bn), kind, a, b, kinds, gpn)
-
-
 def _inverse_row_norms(V: torch.Tensor) -> torch.Tensor:
     """``s_i = 1 / ||v_i||_2`` of every row of every network, ``(N, 1, n)``."""
     return torch.linalg.vector_norm(V, dim=-1).reciprocal().unsqueeze(-2)
 
 
-def _radial(ds: torch.Tensor, s: torch.Tensor, gram_a: torch.Tensor, gram_x: torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(c, ||dE/dV||_F^2, share)`` per network from ``ds = dE/ds``: ``c_i = -s_i^3 dE/ds_i`` (the
-    chain rule through ``ds_i/dv_i = -s_i^3 v_i``) and, with ``P = A^T X`` (``A = dE/du``, ``X`` the
-    layer's input), ``dE/dV = P + diag(c) V``, whose rows are those of ``P`` less their component
-    along ``w_i = s_i v_i``: ``||dE/dV||^2 = ||P||^2 - sum_i (c_i / s_i)^2`` with ``||P||^2 =
-    <A A^T, X X^T>``, read from two batch-by-batch Gram matrices instead of an ``n x n`` gradient.
-
-    ``share = ||dE/dV||^2 / ||P||^2`` (1 where ``P = 0``): the difference loses about
-    ``eps / share`` of its relative precision (``eps`` the dtype's), so a share near ``eps`` means
-    the norm of that step is rounding, not a gradient norm."""
-    c = -ds * s.pow(3)
-    full = (gram_a * gram_x).sum((-1, -2))
-    norm_sq = full - (c / s).pow(2).sum((-1, -2))
-    return c, norm_sq, torch.where(full > 0, norm_sq / full, torch.ones_like(full))
-
-
-def _momentum_step(V: torch.Tensor, buf: torch.Tensor, c: torch.Tensor, lr: float, s: torch.Tensor) -> None:
-    """``buf += diag(c) V; V -= lr buf`` in place, the rest of SGD with momentum once
-    ``buf = momentum buf + A^T X``, and ``s`` set to the new ``V``'s inverse row norms for the
-    next forward pass (when compiled, one pass over ``V`` and ``buf`` does all three)."""
-    buf.addcmul_(V, c.transpose(-1, -2))
-    V.add_(buf, alpha=-lr)
-    s.copy_(_inverse_row_norms(V))
-
-
-_EAGER = {"phi": _stacked_phi, "scaled_phi": _scaled_phi, "scaled_batchnorm_phi": _scaled_batchnorm_phi,
-          "inverse_row_norms": _inverse_row_norms, "radial": _radial, "momentum_step": _momentum_step}
-"""The element-wise pieces of a stacked layer; :meth:`StackedDeepMLP.compile_activation` compiles each."""
-
-
 class SGDInBackward:
     """SGD with momentum of the square layers' free matrices ``V``, applied in the backward pass
-    (:meth:`StackedDeepMLP.update_in_backward`): ``buffers[l]`` is ``V[l]``'s momentum buffer, and
-    after each backward pass ``norms_sq[l]`` holds ``||dE/dV^(l)||_F^2`` of every network, ``(depth, N)``."""
+    (:meth:`StackedDeepMLP.update_in_backward`): ``buffers[l]`` is ``V[l]``'s momentum buffer;
+    ``product`` the one ``(N, n, n)`` buffer that takes each layer's ``A^T X`` in turn."""
 
     def __init__(self, buffers: Sequence[torch.Tensor], lr: float, momentum: float):
         self.buffers, self.lr, self.momentum = list(buffers), float(lr), float(momentum)
         first = self.buffers[0]
-        self.norms_sq = torch.zeros(len(self.buffers), first.shape[0], dtype=first.dtype, device=first.device)
-        self.tangential_share = torch.ones_like(self.norms_sq)
-        """How much of ``||A^T X||^2`` each ``||dE/dV^(l)||^2`` of the last step kept (``_radial``):
-        near the dtype's epsilon, that norm is rounding."""
-        self.inverse_norms = [torch.zeros(first.shape[0], 1, first.shape[1], dtype=first.dtype, device=first.device)
-                              for _ in self.buffers]
+        size, width = first.shape[0], first.shape[1]
+        self.product = torch.empty_like(first)
+        self.rows_g = torch.zeros(len(self.buffers), size, width, dtype=first.dtype, device=first.device)
+        """``||G_i||^2`` of every row of every layer's gradient ``G = dE/dV`` in the last backward pass."""
+        self.rows_p = torch.ones_like(self.rows_g)
+        """``||P_i||^2`` of the same rows of ``P = A^T X``, the part of ``G`` the product gives."""
+        self.inverse_norms = [torch.zeros(size, 1, width, dtype=first.dtype, device=first.device) for _ in self.buffers]
         """``1 / ||v_i||`` of every layer's ``V`` as the last update left it, read by the next
         forward pass instead of another pass over ``V``; ``versions[l]`` is ``V[l]._version``
         then, so that a ``V`` changed since (``copy_``, ``fill_``, loading) has them computed anew."""
         self.versions: list[int | None] = [None] * len(self.buffers)
+
+    @property
+    def norms_sq(self) -> torch.Tensor:
+        """``||dE/dV^(l)||_F^2`` of every layer and network in the last backward pass, ``(depth, N)``:
+        a sum of the squares of the gradient's own entries (no difference of larger terms)."""
+        return self.rows_g.sum(-1)
+
+    @property
+    def tangential_share(self) -> torch.Tensor:
+        """``||dE/dV||^2 / ||A^T X||^2`` of every layer and network (1 where ``A^T X = 0``): how much
+        of the product the row normalisation's projection keeps, ``(depth, N)``."""
+        full = self.rows_p.sum(-1)
+        return torch.where(full > 0, self.norms_sq / full, torch.ones_like(full))
 
     @torch.no_grad()
     def refresh(self, weights: Sequence[torch.Tensor]) -> None:
@@ -166,45 +117,86 @@ class SGDInBackward:
             self.versions[layer] = V._version
 
 
-class _RowNormalizedProduct(torch.autograd.Function):
-    """``(u, s) = (x V^T, 1 / ||v_i||)`` per network, so that ``h = u diag(s)`` is the layer of
-    Eq. (55) (:class:`gmp.models.deep.RowNormalizedLinear`'s computation, the scaling left to the
-    caller, where it fuses with the activation).
+def _bn_arguments(model: "StackedDeepMLP", layer: int | None) -> tuple:
+    """The batch-normalisation arguments of :func:`gmp.models.stacked_ops.activation_forward` for
+    square layer ``layer`` (``None``: the bottom layer's activation, which has none)."""
+    if layer is None or not model.any_bn:
+        none = model.no_bn
+        return none[0], none[1], none[2], none[3], False
+    return (model.bn_weight[layer], model.bn_bias[layer], model.running_mean[layer], model.running_var[layer], True)
 
-    Backward, from ``A = dE/du`` and ``dE/ds``: ``dE/dx = A V`` and ``dE/dV = A^T X + diag(c) V``
-    (:func:`_radial`). With an :class:`SGDInBackward` the gradient of ``V`` is never formed: the
-    momentum buffer takes the product directly (``buf = momentum buf + A^T X``, one ``baddbmm``),
-    then one pass adds ``diag(c) V`` and updates ``V`` (:func:`_momentum_step`): the same numbers
-    as ``buf = momentum buf + dE/dV; V -= lr buf`` to rounding. ``V`` is changed in place after
-    ``dE/dx`` has been computed from it; no other layer's backward reads it."""
+
+class _Activation(torch.autograd.Function):
+    """The bottom layer's activation ``a phi(h) + b`` per network (no row scaling, no BN): one
+    operator each way (:mod:`gmp.models.stacked_ops`)."""
 
     @staticmethod
-    def forward(ctx, x, V, sgd, layer, fns):
+    def forward(ctx, h, model):
+        weight, bias, mean, var, _ = _bn_arguments(model, None)
+        y = stacked_ops.activation_forward(h, model.ones, model.kind, model.a, model.b, weight, bias, mean, var,
+                                           model.bn_on, False, model.training, 0.0, 0.0, kernels=model.kernels)[0]
+        ctx.save_for_backward(h)
+        ctx.model = model
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (h,) = ctx.saved_tensors
+        model = ctx.model
+        weight, bias, mean, var, _ = _bn_arguments(model, None)
+        dh = stacked_ops.activation_backward(dy, h, model.ones, model.kind, model.a, weight, bias, mean, var,
+                                             model.bn_on, False, kernels=model.kernels)[0]
+        return dh, None
+
+
+class _SquareLayer(torch.autograd.Function):
+    """A square layer of Eq. (55) and its activation, per network: ``u = x V^T`` (one ``bmm``), then
+    ``y = a phi(BN(u diag(s))) + b`` with ``s_i = 1 / ||v_i||`` (one operator,
+    :func:`gmp.models.stacked_ops.activation_forward`).
+
+    Backward, from ``dE/dy``: one operator gives ``A = dE/du``, ``dE/ds`` and BN's parameter
+    gradients; ``dE/dx = A V`` (one ``bmm``). Without an :class:`SGDInBackward`, ``dE/dV = A^T X +
+    diag(c) V`` is returned (``c_i = -s_i^3 dE/ds_i``). With one, ``V``'s gradient is never
+    returned: ``P = A^T X`` goes into the shared product buffer (one ``bmm``) and one operator
+    (:func:`gmp.models.stacked_ops.momentum_update_`) forms each row of the gradient, updates the
+    momentum buffer and ``V`` in place, and keeps the new inverse row norms for the next forward
+    pass and the rows' squared norms for the bookkeeping: ``torch.optim.SGD``'s numbers to
+    rounding. ``V`` is changed after ``dE/dx`` has been computed from it; no other layer reads it.
+    Six kernels per layer and step on CUDA, with or without BN, whatever the number of networks."""
+
+    @staticmethod
+    def forward(ctx, x, V, weight, bias, model, layer):
+        sgd = model.sgd
         fresh = sgd is not None and sgd.versions[layer] == V._version
-        s = sgd.inverse_norms[layer].detach() if fresh else fns["inverse_row_norms"](V)
-        ctx.save_for_backward(x, V, s)
-        ctx.sgd, ctx.layer, ctx.fns = sgd, layer, fns
-        return x @ V.transpose(-1, -2), s
+        s = sgd.inverse_norms[layer] if fresh else _inverse_row_norms(V)
+        u = torch.bmm(x, V.transpose(-1, -2))
+        weight, bias, mean, var, use_bn = _bn_arguments(model, layer)
+        y, mean, rstd = stacked_ops.activation_forward(u, s, model.kind, model.a, model.b, weight, bias, mean, var,
+                                                       model.bn_on, use_bn, model.training, model.momentum, model.eps,
+                                                       kernels=model.kernels)
+        ctx.save_for_backward(x, V, u, s, weight, bias, mean, rstd)
+        ctx.model, ctx.layer, ctx.use_bn = model, layer, use_bn
+        return y
 
     @staticmethod
-    def backward(ctx, du, ds):
-        x, V, s = ctx.saved_tensors
-        dx = du @ V if ctx.needs_input_grad[0] else None
-        sgd, fns = ctx.sgd, ctx.fns
+    def backward(ctx, dy):
+        x, V, u, s, weight, bias, mean, rstd = ctx.saved_tensors
+        model, layer = ctx.model, ctx.layer
+        du, ds, dweight, dbias = stacked_ops.activation_backward(dy, u, s, model.kind, model.a, weight, bias, mean, rstd,
+                                                                 model.bn_on, ctx.use_bn, kernels=model.kernels)
+        dx = torch.bmm(du, V) if ctx.needs_input_grad[0] else None
+        bn_grads = (dweight, dbias) if ctx.use_bn else (None, None)
+        sgd = model.sgd
         if sgd is None:
             dV = None
             if ctx.needs_input_grad[1]:
-                c = -ds * s.pow(3)
-                dV = (du.transpose(-1, -2) @ x).addcmul_(V, c.transpose(-1, -2))
-            return dx, dV, None, None, None
-        c, norm_sq, share = fns["radial"](ds, s, du @ du.transpose(-1, -2), x @ x.transpose(-1, -2))
-        sgd.norms_sq[ctx.layer].copy_(norm_sq)
-        sgd.tangential_share[ctx.layer].copy_(share)
-        buf = sgd.buffers[ctx.layer]
-        buf.baddbmm_(du.transpose(-1, -2), x, beta=sgd.momentum)
-        fns["momentum_step"](V, buf, c, sgd.lr, sgd.inverse_norms[ctx.layer])
-        sgd.versions[ctx.layer] = V._version
-        return dx, None, None, None, None
+                dV = torch.bmm(du.transpose(-1, -2), x).addcmul_(V, (-ds * s.pow(3)).transpose(-1, -2))
+            return dx, dV, *bn_grads, None, None
+        P = torch.bmm(du.transpose(-1, -2), x, out=sgd.product)
+        stacked_ops.momentum_update_(P, V, sgd.buffers[layer], ds, sgd.inverse_norms[layer], sgd.rows_g[layer],
+                                     sgd.rows_p[layer], sgd.lr, sgd.momentum, kernels=model.kernels)
+        sgd.versions[layer] = V._version
+        return dx, None, *bn_grads, None, None
 
 
 class StackedDeepMLP(nn.Module):
@@ -234,16 +226,22 @@ class StackedDeepMLP(nn.Module):
         self.last_bias = stack([net.last.bias for net in networks]) if networks[0].last.bias is not None else None
         dtype, width = self.first_weight.dtype, networks[0].width
         kinds = [_kind(net.phi) for net in networks]
-        self.kinds = sorted({k for k, _, _ in kinds})
-        self.register_buffer("kind", torch.tensor([k for k, _, _ in kinds]).view(-1, 1, 1))
-        self.register_buffer("a", torch.tensor([a for _, a, _ in kinds], dtype=dtype).view(-1, 1, 1))
-        self.register_buffer("b", torch.tensor([b for _, _, b in kinds], dtype=dtype).view(-1, 1, 1))
-        self.gpn = any(a != 1.0 or b != 0.0 for _, a, b in kinds)
-        self._compiled = None
+        self.register_buffer("kind", torch.tensor([k for k, _, _ in kinds], dtype=torch.int32), persistent=False)
+        self.register_buffer("a", torch.tensor([a for _, a, _ in kinds], dtype=dtype), persistent=False)
+        self.register_buffer("b", torch.tensor([b for _, _, b in kinds], dtype=dtype), persistent=False)
+        self.register_buffer("ones", torch.ones(self.size, 1, width, dtype=dtype), persistent=False)
+        self.kernels = True
+        """Whether the element-wise work runs as :mod:`gmp.models.stacked_ops`' operators (one kernel
+        each on CUDA), else as their torch reference (several kernels each; the same numbers)."""
         self.sgd: SGDInBackward | None = None
         has_bn = [net.norms is not None for net in networks]
-        self.any_bn, self.all_bn = any(has_bn), all(has_bn)
-        self.register_buffer("bn_mask", torch.tensor(has_bn).view(-1, 1, 1))
+        self.any_bn = any(has_bn)
+        self.register_buffer("bn_on", torch.tensor(has_bn, dtype=torch.int32), persistent=False)
+        self.eps, self.momentum = 0.0, 0.0
+        self.no_bn = [torch.zeros(self.size, width, dtype=dtype) for _ in range(4)]
+        """Stand-ins for the BN arguments of a layer without BN (weight, bias, running mean and
+        variance: four tensors, so that the operators' marking the last two as written leaves the
+        first two, which the backward pass reads, unchanged)."""
         if self.any_bn:
             eps = {net.norms[0].eps for net in networks if net.norms is not None}
             momentum = {net.norms[0].momentum for net in networks if net.norms is not None}
@@ -264,35 +262,17 @@ class StackedDeepMLP(nn.Module):
                 net.norms[l].running_var if net.norms is not None else torch.ones(width, dtype=dtype)
                 for net in networks]) for l in range(self.depth)]).clone())
 
-    def phi(self, h: torch.Tensor) -> torch.Tensor:
-        """Each network's activation on its slice of ``h`` ``(N, ...)``: ``a phi(h) + b``; one
-        fused kernel each way when :meth:`compile_activation` has been called."""
-        return (self._compiled or _EAGER)["phi"](h, self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
-
-    def compile_activation(self) -> None:
-        """Fuse the element-wise work of each layer with ``torch.compile``: the row scaling of
-        Eq. (55) and the activation (every kind present, chosen per network, and ``a phi + b``)
-        (with batch normalisation, when present) as one function forward and backward, and each
-        of the other element-wise pieces (the row norms, the radial term of the row
-        normalisation's gradient, the momentum step), where the eager form
-        launches a few kernels per operation and kind. The matrix products stay ``torch``'s.
-        Compilation happens at the first call; a second shape (the last, shorter batch, an
-        evaluation chunk, another stack size) recompiles once with that size dynamic. The
-        recompilation limit is raised for the shapes and kinds of a run."""
-        import torch._dynamo
-
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self._compiled = {name: torch.compile(fn, fullgraph=True) for name, fn in _EAGER.items()}
+    def _apply(self, fn, *args, **kwargs):
+        self.no_bn = [fn(t) for t in self.no_bn]
+        return super()._apply(fn, *args, **kwargs)
 
     def update_in_backward(self, buffers: Sequence[torch.Tensor], lr: float, momentum: float) -> SGDInBackward:
         """From now on each backward pass updates the square layers' ``V`` by SGD with momentum
         (learning rate ``lr``, ``buffers`` their momentum buffers) instead of giving their
-        gradients: ``buf = momentum buf + A^T X`` by one ``baddbmm`` (``A = dE/du`` with ``u = x
-        V^T``, ``X`` the layer's input), then one pass adds the radial term ``diag(c) V`` of
-        Eq. (55)'s row normalisation, updates ``V`` and keeps its inverse row norms for the next
-        forward pass; ``torch.optim.SGD``'s numbers to rounding, no ``n x n`` gradient formed.
-        Returns the state, whose ``norms_sq`` holds the squared gradient norms of the last
-        backward pass, computed from two batch-by-batch Gram matrices."""
+        gradients (:class:`_SquareLayer`): ``torch.optim.SGD``'s numbers to rounding, no ``n x n``
+        gradient stored. Returns the state, whose ``norms_sq`` and ``tangential_share`` give the
+        squared gradient norms of the last backward pass and how much of ``A^T X`` they keep.
+        """
         self.sgd = SGDInBackward(buffers, lr, momentum)
         self.sgd.refresh(self.V)
         return self.sgd
@@ -303,16 +283,10 @@ class StackedDeepMLP(nn.Module):
         h = x @ self.first_weight.transpose(1, 2)
         if self.first_bias is not None:
             h = h + self.first_bias.unsqueeze(1)
-        x = self.phi(h) if self.first_activation else h
-        fns = self._compiled or _EAGER
+        x = _Activation.apply(h.contiguous(), self) if self.first_activation else h
         for l in range(self.depth):
-            u, s = _RowNormalizedProduct.apply(x, self.V[l], self.sgd, l, fns)
-            if not self.any_bn:
-                x = fns["scaled_phi"](u, s, self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
-            else:
-                bn = (self.running_mean[l], self.running_var[l], self.bn_weight[l], self.bn_bias[l],
-                      None if self.all_bn else self.bn_mask, self.training, self.momentum, self.eps)
-                x = fns["scaled_batchnorm_phi"](u, s, bn, self.kind, self.a, self.b, tuple(self.kinds), self.gpn)
+            weight, bias = (self.bn_weight[l], self.bn_bias[l]) if self.any_bn else (None, None)
+            x = _SquareLayer.apply(x, self.V[l], weight, bias, self, l)
         out = x @ self.last_weight.transpose(1, 2)
         return out + self.last_bias.unsqueeze(1) if self.last_bias is not None else out
 

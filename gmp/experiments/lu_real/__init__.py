@@ -46,11 +46,11 @@ from .paper import (ACTIVATIONS, CONFIG, DATASET_LABELS, FIGURE_FAMILIES, PAPER,
 from .runs import (EARLIER_READING, assemble, earlier_reading, earlier_text, epoch_text, join_curves,
                    network_result, progress, run, schedule, split_curves, unfinished, units)
 from .stacked import StackedTraining
-from .training import ForeignJournal, ReplayMismatch, Training, build, load_split, train_epoch
+from .training import ForeignJournal, ReplayMismatch, Training, build, build_group, load_split, train_epoch
 
 __all__ = ["ACTIVATIONS", "CLAIMS", "CONFIG", "DATASET_LABELS", "EARLIER_READING", "FIGURE_FAMILIES", "PAPER",
            "PAPER_COMMAND", "PAPER_DATASETS", "PAPER_TRAIN_ROWS", "UNTRAINABLE", "ForeignJournal", "ReplayMismatch",
-           "StackedTraining", "Training", "assemble", "build", "earlier_reading", "earlier_text", "epoch_key",
+           "StackedTraining", "Training", "assemble", "build", "build_group", "earlier_reading", "earlier_text", "epoch_key",
            "epoch_text", "figure_source", "join_curves", "load_split", "network_key", "network_result", "paper_cost",
            "paper_updates", "percent", "plot_drift", "plot_gradient_ratio", "plot_test_accuracy", "progress", "run",
            "run_label", "schedule", "split_curves", "step_seconds", "table2", "train_epoch", "unfinished", "units",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,16 +39,17 @@ class StackedTraining:
     in a CUDA graph after a warm-up on copies, so that the GPU does not wait for the Python
     loop; the last, shorter mini-batch of an epoch runs eagerly. ``graph=None`` captures when
     on CUDA; the other parameters' update is then one fused pass (``torch._fused_sgd_``, what
-    ``SGD(fused=True)`` runs) and ``compile=True`` fuses the activations and the square layers'
-    other element-wise work
-    (:meth:`gmp.models.stacked.StackedDeepMLP.compile_activation`). Matrix products run in the
-    dtype of the networks with TF32 off unless the caller turned it on (recorded in every
-    epoch's ``precision``).
+    ``SGD(fused=True)`` runs). Each square layer's element-wise work runs as the operators of
+    :mod:`gmp.models.stacked_ops` (one Triton kernel each on CUDA); ``kernels=False`` runs their
+    torch reference instead (the fallback where Triton fails). Nothing is compiled by
+    ``torch.compile``: the step's kernels are the products and those operators by construction.
+    Matrix products run in the dtype of the networks with TF32 off unless the caller turned it
+    on (recorded in every epoch's ``precision``).
     """
 
     def __init__(self, labels: list[str], in_features: int, cfg: Mapping[str, Any],
                  device: torch.device | str = "cpu", seed: int = 0, graph: bool | None = None,
-                 dtype: torch.dtype | None = None, compile: bool = False, networks: list[DeepMLP] | None = None):
+                 dtype: torch.dtype | None = None, kernels: bool = True, networks: list[DeepMLP] | None = None):
         if not labels:
             raise ValueError("StackedTraining needs at least one network label")
         self.cfg, self.device, self.labels = cfg, torch.device(device), list(labels)
@@ -58,8 +61,7 @@ class StackedTraining:
         if dtype is not None:
             networks = [net.to(dtype) for net in networks]
         self.model = StackedDeepMLP(networks).to(self.device)
-        if compile:
-            self.model.compile_activation()
+        self.model.kernels = bool(kernels)
         self.fused = self.device.type == "cuda"
         self.params = list(self.model.parameters())
         self.momentum_buffers = [torch.zeros_like(p) for p in self.params]
@@ -82,9 +84,10 @@ class StackedTraining:
             raise ValueError("graph=True needs a CUDA device")
         self._graph: Any = None
         self._static: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.mode = "eager" + (", compiled activations" if compile else "")
-        """The way the full mini-batches ran, "eager" or, once captured, "CUDA graph" (with
-        ", compiled activations" added under ``compile``)."""
+        self.mode = "eager" + (", stacked kernels" if kernels else ", torch reference")
+        """The way the full mini-batches ran: "eager" or, once captured, "CUDA graph", with the
+        square layers' element-wise work as "stacked kernels" (:mod:`gmp.models.stacked_ops`) or
+        their "torch reference"."""
 
     def _sgd(self, grads: list[torch.Tensor]) -> None:
         """``buf = momentum buf + grad; p -= lr buf``: ``torch.optim.SGD`` (no dampening, no
@@ -106,8 +109,8 @@ class StackedTraining:
 
     def allocate(self, steps: int) -> None:
         """Device buffers for ``steps`` steps' bookkeeping: each network's gradient norm ratio, largest
-        gradient norm and smallest tangential share (``gmp.models.stacked._radial``: near the
-        dtype's epsilon, the step's gradient norms are rounding), read once per epoch."""
+        gradient norm and smallest tangential share (:attr:`gmp.models.stacked.SGDInBackward.tangential_share`:
+        how much of ``A^T X`` the row normalisation's projection keeps), read once per epoch."""
         self._ratio = torch.zeros(steps, len(self.labels), dtype=torch.float64, device=self.device)
         self._max_grad = torch.zeros_like(self._ratio)
         self._share = torch.ones_like(self._ratio)
@@ -138,8 +141,43 @@ class StackedTraining:
 
     def _state(self) -> list[torch.Tensor]:
         return self.params + self.momentum_buffers + list(self.model.buffers()) + self._square.inverse_norms + [
-            self._square.norms_sq, self._square.tangential_share, self._step_t, self._slot_t, self._loss_sum, self._correct,
+            self._square.rows_g, self._square.rows_p, self._step_t, self._slot_t, self._loss_sum, self._correct,
             self.diverged_at, self._ratio, self._max_grad, self._share]
+
+    def save(self, path: Path, extra: Mapping[str, Any] | None = None) -> None:
+        """Write the whole state of the stack to ``path`` (atomically): every parameter, momentum
+        buffer, BN statistic, the inverse row norms kept, the bookkeeping, the shuffling generator
+        and the step and epoch counters, with ``extra`` (JSON-able) beside them, so that
+        :meth:`load` continues the run as if it had never stopped."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save({"labels": self.labels, "epoch": self.epoch, "step": self.step, "mode": self.mode,
+                    "generator": self.generator.get_state(), "versions": list(self._square.versions),
+                    "state": [t.detach().cpu() for t in self._state()], "extra": dict(extra or {})}, tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: Path) -> dict[str, Any]:
+        """Continue from the state :meth:`save` wrote to ``path`` (for the same labels, shapes and
+        dtype; anything else is refused, naming the file); returns the ``extra`` saved with it."""
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+        if saved.get("labels") != self.labels:
+            raise ValueError(f"{path}: the saved stack is of {saved.get('labels')}, not {self.labels}: remove it to "
+                             "start the group afresh")
+        rows = saved["state"][-3].shape[0]  # the bookkeeping of one epoch's steps (allocate)
+        if self._ratio is None or self._ratio.shape[0] != rows:
+            self.allocate(rows)
+        state = self._state()
+        if len(state) != len(saved["state"]) or any(a.shape != b.shape or a.dtype != b.dtype
+                                                    for a, b in zip(state, saved["state"])):
+            raise ValueError(f"{path}: the saved state does not match this stack's shapes or dtype: remove it to "
+                             "start the group afresh")
+        with torch.no_grad():
+            for tensor, value in zip(state, saved["state"]):
+                tensor.copy_(value)
+        self.generator.set_state(saved["generator"])
+        self.epoch, self.step = int(saved["epoch"]), int(saved["step"])
+        self._square.refresh(self.model.V)
+        return saved["extra"]
 
     def _capture(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
         """Capture :meth:`_train_step` on static copies of ``(xb, yb)`` in a CUDA graph. The warm-up

@@ -82,6 +82,28 @@ def build(variant: str, batchnorm: bool, in_features: int, cfg: Mapping[str, Any
     return model
 
 
+def build_group(labels: list[str], in_features: int, cfg: Mapping[str, Any], seed: int) -> list[DeepMLP]:
+    """:func:`build` of each run label (``-BN`` for batch normalisation), with the costly draw done
+    once: every network of a run starts from the same weights (one seed, one shape: the paired
+    design), so the first is built and its weights copied into the others, which are built
+    without their own orthogonal draws (``tests/test_lu_stacked.py`` checks that this equals
+    building each)."""
+    first = build(labels[0].removesuffix("-BN"), labels[0].endswith("-BN"), in_features, cfg, seed)
+    plain = {**cfg, "init": "default", "edge_init": "default"}
+    networks = [first]
+    for label in labels[1:]:
+        net = build(label.removesuffix("-BN"), label.endswith("-BN"), in_features, plain, seed)
+        with torch.no_grad():
+            for mine, theirs in ((net.first, first.first), (net.last, first.last)):
+                mine.weight.copy_(theirs.weight)
+                if mine.bias is not None:
+                    mine.bias.copy_(theirs.bias)
+            for mine, theirs in zip(net.layers, first.layers):
+                mine.V.copy_(theirs.V)
+        networks.append(net)
+    return networks
+
+
 class ForeignJournal(RuntimeError):
     """A journal written on another device or at another precision, refused for replay."""
 
