@@ -339,8 +339,12 @@ def _returned_journal(tmp_path, monkeypatch, name=None):
     (out / "sbsnn_gap" / "_partial").mkdir(parents=True)
     (out / "sbsnn_gap" / "_partial" / (name or f"smoke-{digest}.jsonl")).write_text(
         json.dumps({"key": "full-0", "value": 2, "seconds": 9.0}) + "\n")
-    gpu.files.write_json(out / "gpu.json", {"device": "cuda", "gpu": "NVIDIA H200"})
+    gpu.files.write_json(out / "gpu.json", GPU_JSON)
     return out, tmp_path / "repo" / "sbsnn_gap" / "_partial" / f"smoke-{digest}.jsonl"
+
+
+GPU_JSON = {"device": "cuda", "gpu": "NVIDIA H200", "date": "2026-11-28 16:44:13 UTC"}
+"""A returned gpu.json: the device, and the date by which merge keeps the lease's summary."""
 
 
 def test_merge_refuses_what_it_would_have_merged_nothing_of_in_silence(tmp_path, monkeypatch, capsys):
@@ -367,7 +371,7 @@ def test_merge_refuses_what_it_would_have_merged_nothing_of_in_silence(tmp_path,
     with pytest.raises(ValueError, match=r"gpu.json is damaged \(JSONDecodeError.*nothing was merged"):
         gpu.merge(out)
     assert not (tmp_path / "repo").exists()  # nothing changed, not even a folder for the lock
-    gpu.files.write_json(out / "gpu.json", {"device": "cuda", "gpu": "NVIDIA H200"})
+    gpu.files.write_json(out / "gpu.json", GPU_JSON)
     gpu.files.write_json(out / "summary.json", {"return_problems": ["9 files, more than 8"], "left_out": []})
     assert gpu.merge(out) == ["full-0"]
     assert "warning: 9 files, more than 8 (did not come back, summary.json's return_problems)" in capsys.readouterr().out
