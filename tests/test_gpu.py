@@ -418,7 +418,8 @@ def test_the_gpu_command_refuses_a_deadline_it_cannot_keep(tmp_path, capsys, sec
     """Issue #48's probe: ``units --seconds nan`` ran with no deadline at all, ``--seconds -5`` ran nothing, both
     exiting 0."""
     for argv in (["units", str(tmp_path), gpu.UNIT_CHAPTERS[0], "--device", "cpu", "--seconds", seconds],
-                 [str(tmp_path), "--device", "cpu", "--seconds", seconds]):
+                 [str(tmp_path), "--device", "cpu", "--seconds", seconds],
+                 ["lease", str(tmp_path), "--device", "cpu", "--seconds", seconds]):
         with pytest.raises(SystemExit) as exit:
             gpu.command.main(argv)
         assert exit.value.code == 2 and message in capsys.readouterr().err
@@ -430,6 +431,7 @@ def test_the_gpu_command_refuses_a_deadline_it_cannot_keep(tmp_path, capsys, sec
 def test_the_gpu_command_refuses_a_device_or_a_group_size_it_cannot_use(tmp_path, capsys, option, value, message):
     """Issue #48's probe: ``stacked --device tpu`` failed every queue inside and exited 0; ``--networks 0`` failed
     deep in the group's probe, said only in summary.json."""
-    with pytest.raises(SystemExit) as exit:
-        gpu.command.main([str(tmp_path), option, value])
-    assert exit.value.code == 2 and message in capsys.readouterr().err and not list(tmp_path.iterdir())
+    for form in ([], ["lease"]):
+        with pytest.raises(SystemExit) as exit:
+            gpu.command.main([*form, str(tmp_path), option, value])
+        assert exit.value.code == 2 and message in capsys.readouterr().err and not list(tmp_path.iterdir())

@@ -106,16 +106,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu lease", description=lease.__doc__.split("\n")[0])
         parser.add_argument("out", type=Path, help="the folder whose contents come back (e.g. $OUT)")
-        parser.add_argument("--seconds", type=float, default=570, help="this command's deadline (default 570)")
-        parser.add_argument("--lease-seconds", type=float, default=None,
+        parser.add_argument("--seconds", type=_seconds, default=570, help="this command's deadline (default 570)")
+        parser.add_argument("--lease-seconds", type=_seconds, default=None,
                             help="device time the lease has left as this command starts (default: --seconds); a "
                                  "group that needs more than this command saves its state for the next")
         parser.add_argument("--state", type=Path, default=STATE, help="the state folder (default _gpu_state/)")
-        parser.add_argument("--measure-seconds", type=float, default=60, help="budget of OUT/measure.json (default 60)")
-        parser.add_argument("--smoke-seconds", type=float, default=110, help="budget of the smoke run (default 110)")
-        parser.add_argument("--device", default="cuda")
+        parser.add_argument("--measure-seconds", type=_seconds_or_none, default=60, help="budget of OUT/measure.json (default 60)")
+        parser.add_argument("--smoke-seconds", type=_seconds, default=110, help="budget of the smoke run (default 110)")
+        parser.add_argument("--device", default="cuda", type=_device)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
-        parser.add_argument("--networks", type=int, default=None, help="networks of the group (default: what fits)")
+        parser.add_argument("--networks", type=_networks, default=None, help="networks of the group (default: what fits)")
         parser.add_argument("--seed", type=int, default=0)
         args = parser.parse_args(argv[1:])
         return lease(args.out, args.seconds, args.lease_seconds, args.state, args.measure_seconds, args.smoke_seconds,
