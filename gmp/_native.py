@@ -334,8 +334,12 @@ RETRY_AFTER_S = 86400
 """How long a compiler's refusal of a set of flags is remembered before it is tried again."""
 
 TRANSIENT = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied",
-             "Cannot allocate memory", "Too many open files")
-"""Messages of a compilation that failed for a cause of the moment (a full disk, say), not remembered."""
+             "Cannot allocate memory", "Too many open files", "out of memory", "memory exhausted",
+             "signal terminated program", "failed due to signal", "unable to execute command", "Killed",
+             "CPU time limit exceeded", "File size limit exceeded")
+"""Messages of a compilation that failed for a cause of the moment (a full disk, say), not remembered. Among them
+are what gcc and clang say when their compiler proper (``cc1``) is killed by a signal or a resource limit (the
+out-of-memory killer, ``ulimit -t``), which is no verdict on the flags."""
 
 SELF_CHECK_TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
 """How far :func:`self_check` lets a library's outputs and gradients lie from the torch map's, relative
@@ -353,7 +357,8 @@ _LOCK = threading.Lock()
 
 
 def _kernel_dir() -> Path:
-    return Path(os.environ.get("GMP_KERNELS") or Path.home() / ".cache" / "gmp" / "kernels")
+    folder = os.environ.get("GMP_KERNELS") or Path.home() / ".cache" / "gmp" / "kernels"
+    return Path(os.path.abspath(os.path.expanduser(folder)))  # relative: from here, not the compiler's scratch folder
 
 
 def _processor() -> str | None:
@@ -387,10 +392,13 @@ def _whole(path: Path) -> str | None:
     """None when the ELF file ``path`` holds every byte its headers place (its segments and its table of
     sections), else what is missing: a file cut short (a build killed or a disk filled while it was
     written, by a gmp that wrote no more carefully) would otherwise kill the process that maps it
-    (SIGBUS). A file in another format (not ELF) is taken as whole."""
+    (SIGBUS). A file of fewer than four bytes that begin an ELF header (none, say) is cut short; a file in another
+    format (not ELF) is taken as whole."""
     import struct
 
     data = path.read_bytes()
+    if len(data) < 4 and b"\x7fELF".startswith(data):  # no library of any format is this short
+        return f"{len(data)} bytes, less than an ELF header"
     if data[:4] != b"\x7fELF":
         return None
     if len(data) < 64 or data[4] not in (1, 2) or data[5] not in (1, 2):
@@ -457,7 +465,8 @@ def _build(compiler: list[str], flags: tuple[str, ...]) -> Path:
             _sync(library.parent)
             return library
         message = f"{' '.join(compiler + list(flags))}: {done.stderr.strip()[-400:]}"
-        if done.returncode > 0 and not any(cause in done.stderr for cause in TRANSIENT):
+        killed = done.returncode < 0 or done.returncode > 128  # by a signal: itself, or a shell's 128 + N
+        if not killed and not any(cause in done.stderr for cause in TRANSIENT):
             (Path(scratch) / "failed").write_text(message)
             os.replace(Path(scratch) / "failed", failed)
             message += f" (remembered in {failed} for {RETRY_AFTER_S} s; delete it to try again at once)"
@@ -561,7 +570,10 @@ def _open(path: Path) -> ctypes.CDLL:
 
 def _library() -> ctypes.CDLL | None:
     """The compiled library, or None after saying why (a warning, unless ``GMP_NATIVE=0`` asked)."""
-    if os.environ.get("GMP_NATIVE", "1") == "0":
+    setting = os.environ.get("GMP_NATIVE", "1") or "1"
+    if setting not in ("0", "1"):
+        raise ValueError(f"GMP_NATIVE={setting!r}: set it to 0 (the torch map) or 1 (the compiled map, the default)")
+    if setting == "0":
         _FAILURE.append("turned off by GMP_NATIVE=0")
         return None
     try:

@@ -53,6 +53,13 @@ def scaled(*, common: Mapping[str, Any] | None = None, **per_scale: Mapping[str,
     return table
 
 
+def digest_of(values: Mapping[str, Any]) -> str:
+    """SHA-256 (first 16 hex digits) of the canonical JSON of a config's ``values`` (:attr:`Config.digest`); a
+    cache's recorded config is checked against its recorded digest with it."""
+    text = json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 class Config(Mapping[str, Any]):
     """A read-only experiment configuration with attribute access.
 
@@ -75,8 +82,7 @@ class Config(Mapping[str, Any]):
     @property
     def digest(self) -> str:
         """SHA-256 (first 16 hex digits) of the canonical JSON of the values."""
-        text = json.dumps(self._values, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return digest_of(self._values)
 
     def as_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(self._values))

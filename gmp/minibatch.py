@@ -357,6 +357,36 @@ def _check_epoch(epoch: Any, curves: Mapping[str, np.ndarray], diverged: Sequenc
                              f"measured, not {expected}" + ("" if at is None else f" (diverged at epoch {at!r})"))
 
 
+def _check_rates(lrs: Sequence[float], diverged: Sequence[Any], curves: Mapping[str, np.ndarray], count: int) -> None:
+    """ValueError unless a :func:`fit_stack` checkpoint holds one learning rate (finite, > 0) and one divergence
+    mark per network, and finite losses, MSEs and rates in every epoch it measured: a rate cut to one entry would
+    train every network at network 0's, a NaN or negative one would train on garbage, and a NaN in a measured
+    epoch would be read as a result."""
+    for name, values in (("lrs", lrs), ("diverged", diverged)):
+        if len(values) != count:
+            raise ValueError(f"its {name!r} holds {len(values)} entries, not one per network ({count})")
+    bad = [k for k, rate in enumerate(lrs) if not (math.isfinite(rate) and rate > 0)]
+    if bad:
+        raise ValueError(f"its learning rates must be finite and > 0; network {bad[0]}'s is {lrs[bad[0]]!r}")
+    measured = np.isfinite(curves["seconds"])
+    for name in ("epoch_loss", "train_mse", "lr"):
+        bad_at = np.argwhere(measured & ~np.isfinite(curves[name]))
+        if bad_at.size:
+            k, epoch = (int(v) for v in bad_at[0])
+            raise ValueError(f"its {name} of network {k} at measured epoch {epoch + 1} is "
+                             f"{float(curves[name][k, epoch])!r}, not a finite number")
+
+
+def check_mse_to_unit(mse_to_unit: Any) -> None:
+    """Raise unless ``mse_to_unit`` (of :func:`fit_stack`) is a finite number > 0."""
+    if not isinstance(mse_to_unit, numbers.Real) or isinstance(mse_to_unit, bool):
+        raise TypeError(f"mse_to_unit must be a number, got {mse_to_unit!r} ({type(mse_to_unit).__name__})")
+    if not (math.isfinite(mse_to_unit) and mse_to_unit > 0):
+        raise ValueError(f"mse_to_unit must be a finite number > 0 (1 for targets in [0, 1], 1/4 for [-1, 1]), "
+                         f"got {mse_to_unit!r}: it scales every MSE into the PSNR, which 0 would make infinite "
+                         f"and NaN or a negative number undefined")
+
+
 def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor, targets: Tensor, *,
               epochs: int, lr: float | Sequence[float], batch_size: int = KERAS_BATCH_SIZE,
               plateau: Mapping[str, Any] | None = None, adam: str = "keras", heldout: Tensor | None = None,
@@ -397,12 +427,7 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
                                        "checkpoint_every": checkpoint_every},
                                in_features=spec_layers[0].fan_in if spec_layers else None)
     lrs0 = lrs0 * count if len(lrs0) == 1 else lrs0
-    if not isinstance(mse_to_unit, numbers.Real) or isinstance(mse_to_unit, bool):
-        raise TypeError(f"mse_to_unit must be a number, got {mse_to_unit!r} ({type(mse_to_unit).__name__})")
-    if not (math.isfinite(mse_to_unit) and mse_to_unit > 0):
-        raise ValueError(f"mse_to_unit must be a finite number > 0 (1 for targets in [0, 1], 1/4 for [-1, 1]), "
-                         f"got {mse_to_unit!r}: it scales every MSE into the PSNR, which 0 would make infinite "
-                         f"and NaN or a negative number undefined")
+    check_mse_to_unit(mse_to_unit)
     dtype = torch.get_default_dtype()  # the networks' weights (StackedNetworks)
     for name, tensor in (("inputs", inputs), ("targets", targets)):
         if tensor.dtype != dtype:
@@ -435,6 +460,8 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
     if stop_below is not None:
         settings["stop_below"] = float(stop_below)
     checkpoint = Path(checkpoint) if checkpoint is not None else None
+    if checkpoint is not None and checkpoint.exists() and not checkpoint.is_file():
+        raise ValueError(f"checkpoint {checkpoint} is a folder, not a file: name a file (such as {checkpoint / 'fit.pt'})")
     if checkpoint is not None and checkpoint.is_file():
         state = load_checkpoint(checkpoint, map_location="cpu", keys=CHECKPOINT_KEYS)  # the generators are CPU ones
         if state["settings"] != settings:
@@ -461,6 +488,7 @@ def fit_stack(spec_layers: Sequence[Dense], seeds: Sequence[int], inputs: Tensor
             curves = {k: state["curves"][k].numpy() for k in curves}
             lrs, diverged = [float(v) for v in state["lrs"]], list(state["diverged"])
             start, spent = int(state["epoch"]), float(state["seconds"])
+            _check_rates(lrs, diverged, curves, count)
             _check_epoch(state["epoch"], curves, diverged, optimizer.t, updates, (count, epochs))
 
         restore_state(checkpoint, "training state", resume)

@@ -43,7 +43,8 @@ import torch
 from torch import Tensor, nn
 
 from gmp.activations import activation as _activation
-from gmp.minibatch import KERAS_BATCH_SIZE, Dense, EpochCurves, Plateau, _adam_update, _init, fit_stack
+from gmp.minibatch import (KERAS_BATCH_SIZE, Dense, EpochCurves, Plateau, _adam_update, _init, check_mse_to_unit,
+                           fit_stack)
 from gmp.train import check_fit_arguments
 
 __all__ = ["CaptureFailed", "FitJob", "MODES", "NotStackable", "QueueTraining", "fit_jobs", "planned", "probe",
@@ -105,6 +106,7 @@ class FitJob:
                                   counts={"epochs": given["epochs"], "batch_size": given["batch_size"],
                                           "eval_chunk": given["eval_chunk"]},
                                   in_features=spec_layers[0].fan_in if spec_layers else None)
+        check_mse_to_unit(given["mse_to_unit"])
         return cls(**{**given, "spec_layers": spec_layers, "seeds": list(seeds),
                       "lr": lrs * len(seeds) if len(lrs) == 1 else lrs})
 

@@ -320,6 +320,9 @@ def _execute(chapter, scale, device, seed, kernel, jobs, notebook, staging, pape
     records (:func:`gmp.results.read_run_records`)."""
     env = {_results.STAGING_ENV: str(staging), PROGRESS_ENV: "1", "GMP_SCALE": scale,
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    for name in ("GMP_DATA", "GMP_KERNELS"):  # the kernel runs in the notebook's folder: resolve from the caller's
+        if os.environ.get(name):
+            env[name] = os.path.abspath(os.path.expanduser(os.environ[name]))
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     workers: list[dict[str, Any]] = []

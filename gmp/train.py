@@ -252,11 +252,23 @@ def _as_tensor_pair(data: Any, what: str) -> tuple[Tensor, Tensor] | None:
             raise ValueError(f"{what}: inputs have {x.shape[0]} rows but targets have {y.shape[0]}")
         if x.shape[0] == 0:
             raise ValueError(f"{what}: no examples")
+        _refuse_non_finite(x, y, what)
         return x, y
     if isinstance(data, Tensor) or not isinstance(data, Iterable):
         raise ValueError(f"{what} must be a pair (inputs, targets) of tensors or an iterable of "
                          f"(inputs, targets) batches such as a DataLoader, got {type(data).__name__}")
     return None
+
+
+def _refuse_non_finite(x: Tensor, y: Tensor, what: str) -> None:
+    """Raise where the floating-point inputs ``x`` or targets ``y`` of ``what`` hold NaN or an infinity: a fit
+    on them only yields NaN losses, which would read as a diverged run rather than as bad data."""
+    for name, t in (("inputs", x), ("targets", y)):
+        if t.is_floating_point() or t.is_complex():
+            bad = int((~torch.isfinite(t)).sum().item())
+            if bad:
+                raise ValueError(f"{what}: its {name} hold {bad} NaN or infinite values; a fit on them would only "
+                                 f"produce NaN, read as divergence. Clean or drop those rows first")
 
 
 def _cast(t: Tensor, device: torch.device | None, dtype: torch.dtype | None) -> Tensor:
@@ -627,6 +639,7 @@ def _train_epoch(model: nn.Module, batches: Batches, loss_fn: LossFn, opt: torch
         opt.zero_grad(set_to_none=True)
         value = loss_fn(model(xb), yb)
         if not torch.isfinite(value).item():
+            _refuse_non_finite(xb, yb, f"the training batch of step {step}")
             return None, step
         value.backward()
         for hook in step_callbacks:

@@ -20,10 +20,12 @@ written is provenance. So this module is not among the code a chapter's results 
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import datetime as _dt
 import gzip
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -32,10 +34,11 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ElementTree
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -295,7 +298,110 @@ RESTAMPS = "restamps"
 
 
 class RestampRefused(RuntimeError):
-    """A recomputed unit differs from the cached one by more than its tolerance; the cache is left as it was."""
+    """A recomputed unit differs from the cached one by more than its tolerance, or code that changed since the cache
+    did not run in the units recomputed (or cannot be told apart); the cache is left as it was."""
+
+
+@contextlib.contextmanager
+def tracing(files: Iterable[Path]) -> Iterator[dict[str, set[int]]]:
+    """Within the block, the lines that functions (and methods) of ``files`` run, by file path, in this thread
+    and threads started in the block (``sys.settrace``); a module's own top-level code (run once, where it is
+    imported) does not count. It costs a Python call per Python call made in the block (a small fit's CPU time
+    rose 1.3 to 1.7 times, two measurements on a loaded machine), nothing per line outside ``files``."""
+    wanted = {os.path.realpath(path) for path in files}
+    lines: dict[str, set[int]] = {}
+    inside: dict[str, bool] = {}
+
+    def line(frame, event, arg):
+        if event == "line":
+            lines[frame.f_code.co_filename].add(frame.f_lineno)
+        return line
+
+    def call(frame, event, arg):
+        code = frame.f_code
+        if code.co_filename not in inside:
+            inside[code.co_filename] = os.path.realpath(code.co_filename) in wanted
+        if not (inside[code.co_filename] and code.co_flags & inspect.CO_OPTIMIZED):
+            return None
+        lines.setdefault(code.co_filename, set()).add(frame.f_lineno)
+        return line
+
+    previous = sys.gettrace()
+    threading.settrace(call)
+    sys.settrace(call)
+    try:
+        yield lines
+    finally:
+        sys.settrace(previous)
+        threading.settrace(None)
+
+
+def _definitions(source: str | bytes) -> tuple[dict[str, tuple[Any, int, int]], Any]:
+    """The functions and methods of a module's ``source`` by qualified name (``Store.memo``), each as its syntax
+    tree without docstrings (:func:`gmp.results.fingerprint._tree`) and its first and last lines; and the tree of
+    the rest, its other statements (constants, class attributes) less imports and docstrings."""
+    functions: dict[str, tuple[Any, int, int]] = {}
+
+    def rest(body: list[ast.stmt], prefix: str) -> list[Any]:
+        kept = []
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                functions[prefix + node.name] = (_fingerprint._tree(node), first, node.end_lineno)
+            elif isinstance(node, ast.ClassDef):
+                kept.append([prefix + node.name, _fingerprint._tree(node.bases), _fingerprint._tree(node.keywords),
+                             _fingerprint._tree(node.decorator_list), rest(node.body, f"{prefix}{node.name}.")])
+            elif not isinstance(node, (ast.Import, ast.ImportFrom)) and _fingerprint._tree([node]):
+                kept.append(_fingerprint._tree(node))
+        return kept
+
+    return functions, rest(ast.parse(source).body, "")
+
+
+def _source_at(root: Path, commit: str, module: str, recorded: str) -> bytes | None:
+    """``gmp/<module>`` at ``commit`` where git has it and it hashes as ``recorded`` (:data:`gmp.results.CODE_HASH`),
+    else None: the code a cache recorded, read back."""
+    try:
+        prefix = _fingerprint.PACKAGE.resolve().relative_to(root.resolve()).as_posix()
+        data = _git(root, "show", f"{commit.removesuffix('+dirty')}:{prefix}/{module}", what=module)
+    except ValueError:
+        return None
+    return data if _fingerprint._syntax_digest(data) == recorded else None
+
+
+def _changed_definitions(chapter: str, provenance: Mapping[str, Any], root: Path | None
+                         ) -> tuple[dict[str, list[tuple[str, int, int]]], list[str]]:
+    """What changed in the chapter's code since the code the cache was last computed or re-verified by:
+    ``(functions, unknown)``, the functions and methods of each changed or added module whose syntax differs
+    (qualified name, first and last line today), and what cannot be told function by function (module-level
+    code that changed, a module whose recorded code git cannot give back), each as a phrase."""
+    restamps = provenance.get(RESTAMPS) or []
+    last = restamps[-1] if restamps else provenance
+    code = last.get("code") if isinstance(last.get("code"), dict) else {}
+    modules, scheme, commit = code.get("modules") or {}, code.get("hash", "source"), str(last.get("commit") or "")
+    within = _fingerprint.chapter_modules(chapter)
+    today = _fingerprint.read_module_hashes(_results.CODE_HASH)
+    changed = _fingerprint.changed_modules(modules, scheme, within) if scheme == _results.CODE_HASH else []
+    added = sorted(m for m in (within or ()) if m not in modules and m in today)
+    functions: dict[str, list[tuple[str, int, int]]] = {}
+    unknown = [] if scheme == _results.CODE_HASH else [
+        f"the code of the run, fingerprinted by its files' bytes ({scheme!r}), which git cannot compare function by "
+        "function"]
+    for module in changed + added:
+        if module not in today:
+            continue
+        now, now_rest = _definitions((_fingerprint.PACKAGE / module).read_bytes())
+        old = (_source_at(root, commit, module, modules[module]) if root and commit else None) if module in modules \
+            else b""  # a module added since: every function of it is new
+        if old is None:
+            unknown.append(f"gmp/{module} (its code at the run, commit {commit[:12] or 'unrecorded'}, is not in git)")
+            continue
+        then, then_rest = _definitions(old) if old else ({}, None)
+        functions[module] = [(name, first, end) for name, (tree, first, end) in now.items()
+                             if then.get(name, (None,))[0] != tree]
+        if old and then_rest != now_rest:
+            unknown.append(f"gmp/{module}'s module-level code (constants, class attributes)")
+    return functions, unknown
 
 
 def restamp(chapter: str, scale: str = "paper", sample: int | None = None, sample_seed: int = 0,
@@ -312,7 +418,27 @@ def restamp(chapter: str, scale: str = "paper", sample: int | None = None, sampl
     largest difference; the page then compares today's code with that fingerprint, not the run's
     (:func:`gmp.results.cached`). The first unit that differs raises :class:`RestampRefused` naming it and
     where it differs, and nothing is written. Returns the evidence.
+
+    A re-stamp vouches only for what it recomputed: each function or method of the chapter's code that differs
+    from the code the cache recorded (read back from git at the commit it records) must have run in a recomputed
+    unit (traced, :func:`tracing`); one that did not (a function the notebook calls to compute a payload, say),
+    changed module-level code, or recorded code that git cannot give back raises :class:`RestampRefused` naming
+    it, and nothing is written.
+
+    It holds the lock of the chapter's run at this config (:func:`gmp.runs.run_lock`) throughout, or is refused
+    naming the run that holds it: a re-stamp beside a run would write the old run's provenance into the folder
+    the run just replaced.
     """
+    from gmp.runs import run_lock
+
+    journal = _results.journal_path(chapter, scale, _config.load(chapter, scale).digest)
+    with run_lock(journal) if journal is not None else contextlib.nullcontext():
+        return _restamp(chapter, scale, sample, sample_seed, device, root)
+
+
+def _restamp(chapter: str, scale: str, sample: int | None, sample_seed: int, device: str,
+             root: Path | None) -> dict[str, Any]:
+    """:func:`restamp` once it holds the run's lock."""
     units = units_of(chapter, "to recompute, so it cannot be re-stamped (rerun it instead)")
     folder, provenance, entries = _cached_run(chapter, scale, "re-stamp")
     if provenance.get("config_digest") != _config.load(chapter, scale).digest:
@@ -323,7 +449,14 @@ def restamp(chapter: str, scale: str = "paper", sample: int | None = None, sampl
     recorded = {entry["key"]: entry for entry in entries}
     resolved = _config.resolve_device(device)
     code = _results.code_fingerprint()
-    with _outside_a_run():
+    functions, unknown = _changed_definitions(chapter, provenance, root or _results.repository_root())
+    if unknown:
+        raise RestampRefused(f"the code of {chapter} changed since its cache in {'; '.join(unknown)}: a re-stamp "
+                             f"recomputes the units only, so it cannot vouch for code that may compute the payloads "
+                             f"outside them; rerun python -m gmp.runs {chapter} --scale {scale} (or record a rewrite "
+                             f"that computes the same with --same-function)")
+    traced = [_fingerprint.PACKAGE / module for module, changed in functions.items() if changed]
+    with _outside_a_run(), tracing(traced) if traced else contextlib.nullcontext({}) as executed:
         todo = units(cfg, _results.Store(chapter, cfg), seed, resolved)
         unnamed = [key for key in recorded if key not in todo]
         if unnamed:
@@ -347,6 +480,16 @@ def restamp(chapter: str, scale: str = "paper", sample: int | None = None, sampl
             found = largest_difference(recorded[key]["value"], fresh)
             if found and (largest is None or found[0] > largest["absolute"]):
                 largest = {"unit": key, "path": found[2], "absolute": found[0], "relative": found[1]}
+    ran = {os.path.realpath(path): lines for path, lines in executed.items()}
+    outside = [f"gmp/{module}: {name}" for module, changed in functions.items() for name, first, end in changed
+               if not any(first <= line <= end for line in ran.get(os.path.realpath(_fingerprint.PACKAGE / module), ()))]
+    if outside:
+        raise RestampRefused(f"code of {chapter} that changed since its cache ran in none of the {len(chosen)} units "
+                             f"recomputed: {', '.join(outside)}; it may compute the payloads outside the units (in the "
+                             f"notebook), which a re-stamp does not recompute, so the cache is not re-stamped (rerun "
+                             f"python -m gmp.runs {chapter} --scale {scale}"
+                             + (", or re-stamp without --sample, if the other units run it)" if len(chosen) < len(keys)
+                                else ")"))
     if edited := _results.code_edited():
         raise RestampRefused(f"the files of {', '.join(edited)} changed during the re-stamp, so which code the units "
                              f"were recomputed with is uncertain; nothing is recorded, re-stamp again")
@@ -381,7 +524,9 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
     to the parent of the last commit that changed the file. The tests run in a subprocess (``python -m pytest``) in the
     repository ``root``; unless every one of them passes, and at least one was collected, a
     :class:`SameFunctionRefused` names what failed (an unknown node id, a failing, erroring or skipped test)
-    and nothing is written. Then:
+    and nothing is written. The tests are traced: unless one of them runs a line of a function or method of the
+    module that differs from its code at ``since`` (any function of it, where only module-level code differs), a
+    :class:`SameFunctionRefused` says so and nothing is written; the record names the tests that did. Then:
 
     - every hash of the module that counted as its code at ``since``, that hash itself and each that a
       record vouched for as that code, and that a cache (its run's, its re-stamps' or its kept units'
@@ -433,7 +578,18 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
         raise ValueError(f"no cache or journal under book/_results records gmp/{module} as it was at {since} "
                          f"({earlier}) without a record that already vouches for it, and no record vouches for "
                          f"that code: nothing to vouch for")
-    passed = _run_tests(tests, root)
+    passed, ran = _run_tests(tests, root, path)
+    rewritten = _rewritten(then, path.read_bytes())
+    evidence_tests = sorted(test for test, lines in ran.items()
+                            if any(first <= line <= end for line in lines for _, first, end in rewritten)
+                            or (not rewritten and lines))
+    what = (f"the rewritten {'function' if len(rewritten) == 1 else 'functions'} "
+            f"{', '.join(name for name, _, _ in rewritten)} of gmp/{module}" if rewritten else
+            f"a function of gmp/{module} (the rewrite changed no function, only module-level code)")
+    if not evidence_tests:
+        raise SameFunctionRefused(f"none of the {passed} tests that passed ran {what}: a test is evidence only for "
+                                  f"code it runs (traced line by line), so nothing is recorded; name tests that call "
+                                  f"it")
     if _fingerprint.read_module_hashes(_results.CODE_HASH, package) != today:
         raise SameFunctionRefused(f"gmp's files changed while the tests ran, so which code they tested is "
                                   f"uncertain; nothing is recorded, run --same-function again")
@@ -451,7 +607,8 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
     evidence = (f"vouched on {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by python -m "
                 f"gmp.runs --same-function at commit {commit[:12]}"
                 f"{' with uncommitted changes' if commit.endswith('+dirty') else ''}, against the module at "
-                f"{since[:12]}: the {passed} tests of {', '.join(tests)} passed")
+                f"{since[:12]}: the {passed} tests of {', '.join(tests)} passed, and {len(evidence_tests)} of them ran "
+                f"{what} ({', '.join(evidence_tests)})")
     written = []
     for number, record in enumerate(records):
         if record in renewing:
@@ -544,14 +701,53 @@ RECORDS_CHECK = "tests/test_results.py::test_every_same_function_record_names_to
 record has lapsed, which is when ``--same-function`` runs to renew it, so it is never part of the evidence."""
 
 
-def _run_tests(tests: list[str], root: Path) -> int:
-    """Run the pytest node ids ``tests`` (less :data:`RECORDS_CHECK`) in a subprocess in ``root`` and return how many
-    tests passed; a :class:`SameFunctionRefused` naming the failure unless every one collected passed and at least
-    one was."""
+_TRACED_PYTEST = """
+import inspect, json, os, sys, threading
+import pytest
+target, out, current, hits, seen = os.path.realpath(sys.argv[1]), sys.argv[2], [None], {}, {}
+def line(frame, event, arg):
+    if event == "line" and current[0] is not None:
+        hits.setdefault(current[0], set()).add(frame.f_lineno)
+    return line
+def call(frame, event, arg):
+    name = frame.f_code.co_filename
+    if name not in seen:
+        seen[name] = os.path.realpath(name) == target
+    return line if seen[name] and frame.f_code.co_flags & inspect.CO_OPTIMIZED else None
+class Trace:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        current[0] = item.nodeid
+        yield
+        current[0] = None
+threading.settrace(call)
+sys.settrace(call)
+code = pytest.main(sys.argv[3:], plugins=[Trace()])
+sys.settrace(None)
+with open(out, "w") as handle:
+    json.dump({test: sorted(lines) for test, lines in hits.items()}, handle)
+sys.exit(code)
+"""
+"""``python -c`` of pytest that records, per test, the lines of one module's functions it ran (:func:`_run_tests`)."""
+
+
+def _rewritten(before: bytes, after: bytes) -> list[tuple[str, int, int]]:
+    """The functions and methods of a module's source ``after`` whose syntax differs from ``before``'s (or that
+    ``before`` lacks): qualified name, first and last line in ``after``."""
+    then, now = _definitions(before)[0], _definitions(after)[0]
+    return [(name, first, end) for name, (tree, first, end) in now.items() if then.get(name, (None,))[0] != tree]
+
+
+def _run_tests(tests: list[str], root: Path, module: Path) -> tuple[int, dict[str, list[int]]]:
+    """Run the pytest node ids ``tests`` (less :data:`RECORDS_CHECK`) in a subprocess in ``root``: how many tests
+    passed, and per test the lines of the functions of ``module`` (a file) that it ran, traced; a
+    :class:`SameFunctionRefused` naming the failure unless every one collected passed and at least one was."""
     with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "report.xml"
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                               f"--deselect={RECORDS_CHECK}", *tests], cwd=root, capture_output=True, text=True)
+        report, traced = Path(scratch) / "report.xml", Path(scratch) / "lines.json"
+        done = subprocess.run([sys.executable, "-c", _TRACED_PYTEST, str(module), str(traced), "-q", "-p",
+                               "no:cacheprovider", f"--junitxml={report}", f"--deselect={RECORDS_CHECK}", *tests],
+                              cwd=root, capture_output=True, text=True)
+        ran = json.loads(traced.read_text()) if traced.is_file() else {}
         cases = ElementTree.parse(report).getroot().iter("testcase") if report.is_file() else []
         outcomes = {f"{case.get('classname')}::{case.get('name')}":
                     next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
@@ -563,4 +759,4 @@ def _run_tests(tests: list[str], root: Path) -> int:
             "no test was collected" if not outcomes else f"pytest exited with {done.returncode}")
         raise SameFunctionRefused(f"the tests named as evidence did not all pass ({named}); nothing is recorded. "
                                   f"pytest said:\n{tail}")
-    return len(outcomes)
+    return len(outcomes), ran

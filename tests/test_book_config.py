@@ -86,6 +86,15 @@ def test_toc_lists_every_chapter_and_only_existing_pages():
     assert captions[-2:] == ["Claims and references", "Running and trusting the book"]
 
 
+def test_the_reliability_page_names_only_tests_that_exist():
+    """Each promise of book/running/reliability.md names the tests that check it: each must exist."""
+    page = (ROOT / "book" / "running" / "reliability.md").read_text()
+    named = set(re.findall(r"`(test_\w+\.py)::(\w+)`", page))
+    assert len(named) > 100
+    for file, name in sorted(named):
+        assert re.search(rf"^def {name}\(", (ROOT / "tests" / file).read_text(), re.M), f"{file}::{name} is no test"
+
+
 def _notebook_pages():
     return chapters() + [ROOT / "book" / "claims.md"]
 

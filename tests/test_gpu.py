@@ -327,3 +327,111 @@ def test_a_chapter_without_claims_whose_current_cache_keeps_its_units_misses_non
     # Before: missing_units read the cache through the chapter's first claim, and sbsnn_gap has none: on the first
     # GPU lease (2026-11-28) its units job failed with an IndexError. The repository's paper cache keeps all 7 units.
     assert gpu.missing_units("sbsnn_gap", "paper") == []
+
+
+def _returned_journal(tmp_path, monkeypatch, name=None):
+    """An OUT of one sbsnn_gap unit journalled on a GPU, as python -m gmp.gpu leaves it; the repository's journal."""
+    from gmp import results
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "repo"))
+    digest = gpu.unit_config("sbsnn_gap", "smoke").digest
+    out = tmp_path / "out"
+    (out / "sbsnn_gap" / "_partial").mkdir(parents=True)
+    (out / "sbsnn_gap" / "_partial" / (name or f"smoke-{digest}.jsonl")).write_text(
+        json.dumps({"key": "full-0", "value": 2, "seconds": 9.0}) + "\n")
+    gpu.files.write_json(out / "gpu.json", GPU_JSON)
+    return out, tmp_path / "repo" / "sbsnn_gap" / "_partial" / f"smoke-{digest}.jsonl"
+
+
+GPU_JSON = {"device": "cuda", "gpu": "NVIDIA H200", "date": "2026-11-28 16:44:13 UTC"}
+"""A returned gpu.json: the device, and the date by which merge keeps the lease's summary."""
+
+
+def test_merge_refuses_what_it_would_have_merged_nothing_of_in_silence(tmp_path, monkeypatch, capsys):
+    """Issue #48: ``merge`` of a mistyped path or of a file printed "added 0 journal entries" and exited 0; a journal
+    renamed ``smoke-<digest>.old.jsonl`` was merged into a journal no run reads; a checkpoint a folder too deep
+    and summary.json's ``return_problems`` were ignored; a corrupt gpu.json gave a traceback."""
+    out, journal = _returned_journal(tmp_path, monkeypatch)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "empty").mkdir()
+    for path, message in ((tmp_path / "missing", "missing is not there"), (tmp_path / "afile", "afile is a file"),
+                          (tmp_path / "empty", "empty holds no journal, no checkpoint and neither gpu.json")):
+        with pytest.raises(ValueError, match=message):
+            gpu.merge(path)
+        assert gpu.command.main(["merge", str(path)]) == 1
+        assert message in capsys.readouterr().err
+    deep = out / "sbsnn_gap" / "_partial" / journal.stem / "full-0.pt"
+    deep.parent.mkdir()
+    deep.write_bytes(b"x")
+    with pytest.raises(ValueError, match=rf"where merge does not read them: sbsnn_gap/_partial/{journal.stem}/full-0.pt"):
+        gpu.merge(out)
+    deep.unlink()
+    deep.parent.rmdir()
+    (out / "gpu.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"gpu.json is damaged \(JSONDecodeError.*nothing was merged"):
+        gpu.merge(out)
+    assert not (tmp_path / "repo").exists()  # nothing changed, not even a folder for the lock
+    gpu.files.write_json(out / "gpu.json", GPU_JSON)
+    gpu.files.write_json(out / "summary.json", {"return_problems": ["9 files, more than 8"], "left_out": []})
+    assert gpu.merge(out) == ["full-0"]
+    assert "warning: 9 files, more than 8 (did not come back, summary.json's return_problems)" in capsys.readouterr().out
+
+
+def test_merge_refuses_a_journal_renamed_with_another_suffix(tmp_path, monkeypatch):
+    digest = gpu.unit_config("sbsnn_gap", "smoke").digest
+    out, journal = _returned_journal(tmp_path, monkeypatch, name=f"smoke-{digest}.old.jsonl")
+    with pytest.raises(ValueError, match=rf"smoke-{digest}.old.jsonl: not a name that gmp.gpu writes"):
+        gpu.merge(out)
+    assert not journal.exists()
+
+
+def test_merge_waits_for_the_run_that_holds_the_journal(tmp_path, monkeypatch):
+    """Issue #48: ``merge`` wrote into a journal while a run of the chapter held its lock."""
+    from gmp import runs
+
+    out, journal = _returned_journal(tmp_path, monkeypatch)
+    with runs.run_lock(journal):
+        with pytest.raises(ValueError, match=rf"pid {os.getpid()} on .*it holds {journal.with_suffix('')}/run.lock"):
+            gpu.merge(out)
+        assert not journal.exists()
+    assert gpu.merge(out) == ["full-0"]
+
+
+def test_the_units_form_writes_the_gpu_json_that_merge_reads(tmp_path, monkeypatch):
+    """Issue #48: ``python -m gmp.gpu units`` (and ``stacked``) wrote no gpu.json, so their own output could not be
+    merged."""
+    def nothing(*args):
+        """Computes nothing."""
+
+    monkeypatch.setattr(gpu.command, "compute_units", nothing)
+    monkeypatch.setattr(gpu.command, "compute_units_stacked", nothing)
+    for form, chapter in (("units", gpu.UNIT_CHAPTERS[0]), ("stacked", gpu.STACKED_CHAPTERS[0])):
+        out = tmp_path / form
+        assert gpu.command.main([form, str(out), chapter, "--device", "cpu", "--seconds", "1"]) == 0
+        assert gpu.returned_device(out) == "cpu"
+
+
+@pytest.mark.parametrize("seconds, message", [("nan", "a NaN or infinite deadline would never stop"),
+                                              ("inf", "a NaN or infinite deadline"), ("-5", "a negative one would run"),
+                                              ("0", "seconds > 0, got 0"), ("soon", "a number of seconds, got 'soon'")])
+def test_the_gpu_command_refuses_a_deadline_it_cannot_keep(tmp_path, capsys, seconds, message):
+    """Issue #48's probe: ``units --seconds nan`` ran with no deadline at all, ``--seconds -5`` ran nothing, both
+    exiting 0."""
+    for argv in (["units", str(tmp_path), gpu.UNIT_CHAPTERS[0], "--device", "cpu", "--seconds", seconds],
+                 [str(tmp_path), "--device", "cpu", "--seconds", seconds],
+                 ["lease", str(tmp_path), "--device", "cpu", "--seconds", seconds]):
+        with pytest.raises(SystemExit) as exit:
+            gpu.command.main(argv)
+        assert exit.value.code == 2 and message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("option, value, message", [("--device", "tpu", "'tpu' is no device torch knows"),
+                                                   ("--networks", "0", "an integer >= 1, got '0'")])
+def test_the_gpu_command_refuses_a_device_or_a_group_size_it_cannot_use(tmp_path, capsys, option, value, message):
+    """Issue #48's probe: ``stacked --device tpu`` failed every queue inside and exited 0; ``--networks 0`` failed
+    deep in the group's probe, said only in summary.json."""
+    for form in ([], ["lease"]):
+        with pytest.raises(SystemExit) as exit:
+            gpu.command.main([*form, str(tmp_path), option, value])
+        assert exit.value.code == 2 and message in capsys.readouterr().err and not list(tmp_path.iterdir())

@@ -656,3 +656,52 @@ def test_small_maps_run_in_one_thread_and_large_ones_in_torchs_threads():
         assert _native._threads(0, 5) == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("death", ['echo "gcc: fatal error: Killed signal terminated program cc1" >&2; exit 1',
+                                   'echo "gcc: fatal error: CPU time limit exceeded signal terminated program cc1" >&2; '
+                                   'exit 1',
+                                   'echo "cc1: out of memory allocating 65536 bytes" >&2; exit 1',
+                                   "kill -9 $$", "exit 137"])
+def test_a_compiler_killed_by_a_signal_or_a_resource_limit_is_not_remembered(fresh_native, tmp_path, monkeypatch,
+                                                                             death):
+    """Issue #48: a compiler whose cc1 was killed (the out-of-memory killer, ``ulimit -t``) was remembered for a
+    day as if it had refused the flags."""
+    monkeypatch.setenv("GMP_KERNELS", str(tmp_path / "kernels"))
+    wrapper = tmp_path / "cc"
+    wrapper.write_text(f"#!/bin/sh\n{death}\n")
+    wrapper.chmod(0o755)
+    with pytest.raises(RuntimeError) as err:
+        fresh_native._build([str(wrapper)], fresh_native.FLAGS[-1])
+    assert "remembered" not in str(err.value)
+    assert not list((tmp_path / "kernels").glob("*.failed"))
+    wrapper.write_text("#!/bin/sh\necho 'cc: error: unrecognized command-line option' >&2; exit 1\n")
+    with pytest.raises(RuntimeError, match="remembered in"):  # a refusal of the flags still is
+        fresh_native._build([str(wrapper)], fresh_native.FLAGS[-1])
+
+
+@pytest.mark.parametrize("size", [0, 1, 3])
+def test_a_library_cut_to_less_than_its_magic_number_is_built_again(fresh_native, tmp_path, monkeypatch, size):
+    """Issue #48: a ``.so`` cut to 0-3 bytes was taken as whole (not ELF, so 'another format'), failed to load,
+    and every process quietly used the next flag set."""
+    library = tmp_path / "lib.so"
+    library.write_bytes(b"\x7fELF"[:size])
+    assert fresh_native._whole(library) == f"{size} bytes, less than an ELF header"
+    library.write_bytes(b"MZ")  # another format's start is still taken as whole
+    assert fresh_native._whole(library) is None
+
+
+def test_a_relative_gmp_kernels_is_resolved_from_the_working_directory(fresh_native, tmp_path, monkeypatch):
+    """Issue #48: a relative ``GMP_KERNELS`` made every build fail (the compiler runs in a scratch folder) and be
+    remembered for a day."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GMP_KERNELS", "rel/kernels")
+    assert fresh_native._kernel_dir() == tmp_path / "rel" / "kernels"
+
+
+@pytest.mark.parametrize("setting", ["false", "off", "2"])
+def test_a_gmp_native_that_is_neither_0_nor_1_is_refused_not_read_as_on(fresh_native, monkeypatch, setting):
+    """Issue #48's probe: ``GMP_NATIVE=false`` (or ``off``) left the compiled map on, silently."""
+    monkeypatch.setenv("GMP_NATIVE", setting)
+    with pytest.raises(ValueError, match=rf"GMP_NATIVE='{setting}': set it to 0 \(the torch map\) or 1"):
+        fresh_native.kernel(torch.zeros(2, 3))

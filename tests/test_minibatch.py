@@ -349,3 +349,35 @@ def test_a_checkpoint_whose_epoch_disagrees_with_what_it_holds_is_refused(tmp_pa
         with pytest.raises(ValueError, match=f"checkpoint {path}: its training state does not fit this fit.*"
                                              f"{message}.*delete it to start afresh"):
             _bad_stack_call(**args, checkpoint=path)
+
+
+def test_a_checkpoint_with_bad_rates_or_a_nan_in_a_measured_epoch_is_refused_naming_the_file(tmp_path):
+    """Issue #48: a checkpoint with ``lrs=[nan, ...]``, a negative rate or NaN in a measured epoch's ``train_mse``
+    was resumed; ``lrs`` cut to one entry trained every network at network 0's rate, and ``lrs`` or ``diverged``
+    shortened failed with an IndexError naming no file."""
+    path = tmp_path / "fit.pt"
+    args = dict(epochs=3, checkpoint_every=1, seeds=[1, 2], lr=[1e-3, 2e-3])
+    _bad_stack_call(**{**args, "epochs": 2}, checkpoint=tmp_path / "first.pt")
+    state = torch.load(tmp_path / "first.pt", weights_only=True)
+    state["settings"]["epochs"] = 3
+    state["curves"] = {k: torch.cat([v, torch.full_like(v[:, :1], float("nan"))], dim=1)
+                       for k, v in state["curves"].items()}
+    torch.save(state, path)
+    _bad_stack_call(**args, checkpoint=path)  # the genuine state resumes
+    nan_mse = {**state["curves"], "train_mse": state["curves"]["train_mse"].clone()}
+    nan_mse["train_mse"][1, 0] = float("nan")
+    for change, message in (({"lrs": [float("nan"), 2e-3]}, "network 0's is nan"),
+                            ({"lrs": [1e-3, -2e-3]}, "network 1's is -0.002"),
+                            ({"lrs": [1e-3]}, r"its 'lrs' holds 1 entries, not one per network \(2\)"),
+                            ({"diverged": [None]}, r"its 'diverged' holds 1 entries"),
+                            ({"curves": nan_mse}, "its train_mse of network 1 at measured epoch 1 is nan")):
+        torch.save({**state, **change}, path)
+        with pytest.raises(ValueError, match=f"checkpoint {path}: its training state does not fit this fit.*"
+                                             f"{message}.*delete it to start afresh"):
+            _bad_stack_call(**args, checkpoint=path)
+
+
+def test_a_checkpoint_that_is_a_folder_is_refused_before_training(tmp_path):
+    """Issue #48's probe: ``checkpoint=<a folder>`` trained a whole epoch, then failed renaming a temporary file."""
+    with pytest.raises(ValueError, match=rf"checkpoint {tmp_path} is a folder, not a file"):
+        _bad_stack_call(checkpoint=tmp_path)

@@ -1,5 +1,7 @@
 """The stacked fit of a queue of fits (gmp.minibatch_queue) against each fit run by itself (gmp.minibatch.fit_stack)."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -142,3 +144,15 @@ def test_a_queue_that_would_end_past_its_deadline_stops_after_handing_over_the_f
     with pytest.raises(TimeoutError, match="stopped after epoch 2: .* the 2 epochs left would end past the deadline"):
         fit_jobs(jobs, deadline=time.monotonic(), on_end=lambda j, curves: ended.append(j))
     assert ended == [0]
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf, True, "1"])
+def test_a_job_refuses_every_bad_mse_to_unit_as_fit_stack_does(bad):
+    """Issue #48: ``FitJob.of_call(..., mse_to_unit=0)`` was accepted on the stacked GPU path (PSNR inf, every
+    target reached at epoch 1); it is refused with fit_stack's own message."""
+    call = {**_calls()[0], "mse_to_unit": bad}
+    with pytest.raises((TypeError, ValueError), match="mse_to_unit must be a") as by_job:
+        FitJob.of_call(**call)
+    with pytest.raises((TypeError, ValueError)) as by_fit:
+        fit_stack(**call)
+    assert str(by_job.value) == str(by_fit.value)

@@ -932,12 +932,36 @@ def test_the_ledger_judges_a_rule_that_cannot_take_a_perfect_seeds_infinity_inco
     assert judged.verdict == results.INCONCLUSIVE and judged.measured.startswith(
         f"the cached {claim.result}.json holds an infinite number (a perfect fit's PSNR, say), a result this rule's "
         "statistics cannot take (ValueError: paired_interval needs one or more finite differences")
-    payload["seeds"][f"{a}/rotated"][2]["best_train_psnr"] = float("nan")  # not a result: still raised
+    payload["seeds"][f"{a}/rotated"][2]["best_train_psnr"] = float("nan")  # not a result: no verdict, saying why
     results.atomic_write_json(folder / f"{claim.result}.json", payload)
     results.atomic_write_json(folder / "provenance.json", {**json.loads((folder / "provenance.json").read_text()),
                                                            "payload_sha256": results.payload_hashes(folder)})
-    with pytest.raises(ValueError, match="finite differences"):
-        ledger.judge("fake_chapter", claim)
+    judged = ledger.judge("fake_chapter", claim)
+    assert judged.verdict == results.INCONCLUSIVE and judged.measured.startswith(
+        f"no verdict: the rule's statistics refuse a NaN of the cached {claim.result}.json (a network that diverged")
+
+
+def test_a_rule_never_compares_a_nan_of_its_payload():
+    """Issue #48: a NaN best PSNR of Fig. 6 (a network that diverged at epoch 1: ``np.nanmax`` of NaNs) compared
+    False both ways and was counted against the rotated encoder ("rotated better for 6 of 7"); the rule now
+    compares no NaN: the finding is inconclusive, naming where the NaN is."""
+    from gmp.experiments import sbsnn_author_figs
+
+    claim = {c.key: c for c in sbsnn_author_figs.CLAIMS}["sbsnn-fig6-rotated-author"]
+    acts = sbsnn_author_figs.FIG7_ACTIVATIONS
+    payload = {"figures": {"fig6": {f"{a}/{e}": {"best_train_psnr": 40.0 + (e == "rotated")} for a in acts
+                                    for e in ("nerf", "rotated")}}, "seeds": {}}
+    assert claim.evaluate(payload)[1] == results.REPRODUCED  # rotated better by 1 dB for each of the seven
+    payload["figures"]["fig6"][f"{acts[0]}/rotated"]["best_train_psnr"] = float("nan")
+    measured, verdict = claim.evaluate(payload)
+    assert verdict == results.INCONCLUSIVE
+    assert measured.startswith(f"no verdict: the rule would compare payload['figures']['fig6']['{acts[0]}/rotated']"
+                               "['best_train_psnr'], which is NaN")
+    identity = results.Claim(key="x", paper="chen", result="r", text="t", rule="r", kind=results.IDENTITY,
+                             source="paper", check=lambda p: ("m", results.VERIFIED if p["err"] < 1e-9 else results.FAILS))
+    assert identity.evaluate({"err": 0.0})[1] == results.VERIFIED
+    with pytest.raises(ValueError, match=r"compared payload\['err'\], which is NaN"):
+        identity.evaluate({"err": float("nan")})
 
 
 def test_no_executed_notebook_of_a_paper_scale_run_is_kept_in_git():
@@ -954,3 +978,32 @@ def test_no_executed_notebook_of_a_paper_scale_run_is_kept_in_git():
     except (OSError, subprocess.SubprocessError):
         pytest.skip("git is not at hand")
     assert listed == [] and ignored
+
+
+def test_a_provenance_whose_config_was_edited_but_not_its_digest_is_corrupt_not_current(chapter, tmp_path):
+    """Issue #48: ``provenance.json`` with its ``config`` changed but its ``config_digest`` kept read "current";
+    the digest is recomputed from the recorded config when the cache is read."""
+    cfg = config.load("fake_chapter", "paper")
+    folder = _publish_hashed(tmp_path, {"gap": 0.5})
+    provenance = json.loads((folder / "provenance.json").read_text())
+    results.atomic_write_json(folder / "provenance.json", {**provenance, "config": cfg.as_dict()})
+    assert results.cached("fake_chapter", "summary").status == "current"
+    edited = {**cfg.as_dict(), next(iter(cfg.as_dict())): "edited"}
+    results.atomic_write_json(folder / "provenance.json", {**provenance, "config": edited})
+    entry = results.cached("fake_chapter", "summary")
+    assert entry.status == "corrupt" and entry.problem.startswith(
+        f"its provenance.json records a config whose digest is {config.digest_of(edited)}, not the config_digest "
+        f"{cfg.digest!r}")
+
+
+def test_a_journal_with_two_entries_for_one_unit_is_an_error_naming_the_file_and_both_lines(tmp_path):
+    """Issue #48: a unit journalled twice was resolved silently, the last line winning (a second ``default-0``
+    entry with PSNR 99 put 99 in the cache)."""
+    journal = tmp_path / "smoke-x.jsonl"
+    journal.write_text("".join(json.dumps(e) + "\n" for e in ({"key": "default-0", "value": {"psnr": 30.0}},
+                                                             {"key": "full-0", "value": {"psnr": 31.0}},
+                                                             {"key": "default-0", "value": {"psnr": 99.0}})))
+    for read in (results.journal_entries, results.journal_units):
+        with pytest.raises(ValueError, match=rf"journal {journal} holds two entries for the unit 'default-0', on "
+                                             "lines 1 and 3"):
+            read(journal)

@@ -579,6 +579,14 @@ def test_workers_on_a_cuda_device_spread_over_the_gpus_and_share_where_there_are
     assert "2 workers on 1 GPU(s): 2 share cuda:0" in capsys.readouterr().err
 
 
+@pytest.fixture(autouse=True)
+def _recorded_code_as_today(monkeypatch):
+    """The code a fake cache records (a module hashed "0" * 16 at commit "0" * 40) read back from git as today's
+    file: a rewrite that changed no function (:func:`gmp.verification._source_at`)."""
+    monkeypatch.setattr(verification, "_source_at",
+                        lambda root, commit, module, recorded: (results.fingerprint.PACKAGE / module).read_bytes())
+
+
 def _cache_with_units(book, values, threads=1):
     """A smoke-scale cache of the fake chapter as gmp.runs writes it, keeping the units ``<key>-7`` with
     ``values[key]``, computed by a code whose results/store.py differs from today's (as after a refactor)."""
@@ -592,7 +600,8 @@ def _cache_with_units(book, values, threads=1):
     (folder / "summary.json").write_text(json.dumps({"done": True}))
     (folder / runs.UNITS_FILE).write_bytes(gzip.compress("".join(json.dumps(e) + "\n" for e in entries).encode()))
     provenance = {"config": {"n": 1}, "config_digest": config.load("fake_chapter", "smoke").digest, "seed": 7,
-                  "date": "2026-11-20 00:00 UTC", "code": ran, "payload_sha256": results.payload_hashes(folder)}
+                  "date": "2026-11-20 00:00 UTC", "code": ran, "payload_sha256": results.payload_hashes(folder),
+                  "commit": "0" * 40}
     (folder / "provenance.json").write_text(json.dumps(provenance))
     return folder
 
@@ -726,6 +735,12 @@ TOY_TESTS = """import pytest
 
 
 def test_same():
+    from gmp import a
+
+    assert a.f(1) == 2
+
+
+def test_unrelated():
     assert True
 
 
@@ -822,7 +837,8 @@ def test_same_function_leaves_out_the_check_that_records_name_todays_code_which_
     # Before: naming tests/test_results.py as evidence refused every renewal, since that check fails by design.
     repo, package, ran = vouching
     (repo / "tests" / "test_results.py").write_text("def test_every_same_function_record_names_todays_code():\n"
-                                                   "    assert False\n\n\ndef test_other():\n    pass\n")
+                                                   "    assert False\n\n\ndef test_other():\n"
+                                                   "    from gmp import a\n\n    assert a.f(1) == 2\n")
     (package / "a.py").write_text("def f(x):\n    return 1 + x\n")
     assert runs.main(["--same-function", "a.py", "--why", "f adds the other way round", "--tests",
                       "tests/test_results.py"]) == 0
@@ -863,3 +879,119 @@ def test_a_record_lapses_with_the_modules_added_for_its_module_not_with_those_of
         "added.py", "sub/__init__.py", "sub/x.py"]  # and not verification.py, which counts for no chapter
     assert verification._added_imports(package / "a.py", package, [replaced, plain]) == [
         "added.py", "sub/__init__.py", "sub/x.py"]  # lacking in one fingerprint is enough
+
+
+def test_a_re_stamp_is_refused_while_a_run_of_the_chapter_holds_its_lock(book):
+    """Issue #48: ``--restamp`` took no lock, so a re-stamp racing a run wrote the old run's provenance into the
+    folder the run had just replaced (the new cache then read "corrupt")."""
+    values = {"a": [1.0, 2.0], "b": [3.0, 4.0]}
+    _with_units(values)
+    folder = _cache_with_units(book, values)
+    before = (folder / "provenance.json").read_bytes()
+    journal = results.journal_path("fake_chapter", "smoke", config.load("fake_chapter", "smoke").digest)
+    with runs.run_lock(journal):
+        with pytest.raises(ValueError, match=rf"another gmp.runs .*\(pid {os.getpid()} on "):
+            verification.restamp("fake_chapter", "smoke", device="cpu")
+    assert (folder / "provenance.json").read_bytes() == before
+    assert verification.restamp("fake_chapter", "smoke", device="cpu")["units"] == 2  # once the run has ended
+    assert not journal.parent.exists()  # the lock's folder goes with it
+
+
+def test_a_kernel_whose_runner_was_killed_journals_nothing_more(book, monkeypatch):
+    """Issue #48: after ``kill -9`` of the runner, its orphaned kernel went on journalling units without the run's
+    lock (2 lines became 7). A process under a run whose runner (the pid ending its staging folder's name) has
+    ended refuses to journal."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    staging = book / "book" / "_results" / "fake_chapter" / f".staging-smoke-{gone.pid}"
+    monkeypatch.setenv(results.STAGING_ENV, str(staging))
+    store = results.Store("fake_chapter", config.load("fake_chapter", "smoke"))
+    with pytest.raises(RuntimeError, match=rf"the gmp.runs that started this process \(pid {gone.pid}, .*journals "
+                                           "nothing more"):
+        store.memo("a-0", lambda: 1)
+    assert results.journal_entries(store._journal_path) == []
+    monkeypatch.setenv(results.STAGING_ENV, str(staging.with_name(f".staging-smoke-{os.getpid()}")))
+    assert results.Store("fake_chapter", config.load("fake_chapter", "smoke")).memo("a-0", lambda: 1) == 1
+
+
+def test_a_relative_gmp_data_and_gmp_kernels_reach_the_kernel_resolved_from_where_the_run_started(book, monkeypatch):
+    """Issue #48: a relative ``GMP_DATA`` was resolved from the notebook's folder (``book/part1``), failed, and created
+    ``book/shared/data/`` inside the repository; a relative ``GMP_KERNELS`` made every build fail."""
+    seen = {}
+
+    def execute_notebook(source, target, cwd, **kwargs):
+        seen.update({name: os.environ.get(name) for name in ("GMP_DATA", "GMP_KERNELS")}, cwd=cwd)
+
+    monkeypatch.chdir(book)
+    monkeypatch.setenv("GMP_DATA", "../shared/data")
+    monkeypatch.setenv("GMP_KERNELS", "kernels")
+    notebook = book / "book" / "part9" / "fake_chapter.ipynb"
+    runs._execute("fake_chapter", "smoke", "cpu", 0, "python3", 1, notebook, book / "staging",
+                  types.SimpleNamespace(execute_notebook=execute_notebook))
+    assert seen == {"GMP_DATA": str(book.parent / "shared" / "data"), "GMP_KERNELS": str(book / "kernels"),
+                    "cwd": str(notebook.parent)}
+    assert os.environ["GMP_DATA"] == "../shared/data"  # the runner's own environment is set back
+    from gmp.data import _fetch
+    assert _fetch.data_root() == book.parent / "shared" / "data"
+
+
+def test_a_re_stamp_vouches_only_for_changed_code_that_its_units_ran(book, capsys, monkeypatch):
+    """Issue #48: a change to a function the notebook calls outside the units (``band_limited_psnr`` adding 3 dB)
+    re-stamped, since every unit was bitwise equal, and the page said the code was re-verified. Each function that
+    changed since the cache must have run in a recomputed unit, else the re-stamp is refused naming it."""
+    values = {"a": [1.0, 2.0], "b": [3.0, 4.0]}
+    _with_units(values)
+    units = sys.modules["gmp.experiments.fake_chapter"].units
+    sys.modules["gmp.experiments.fake_chapter"].units = lambda *args: {  # each unit calls config.digest_of
+        key: (lambda compute=compute: {**compute(), "digest": config.digest_of({"n": 1})})
+        for key, compute in units(*args).items()}
+    folder = _cache_with_units(book, values)
+    entries = [json.loads(line) for line in gzip.decompress((folder / runs.UNITS_FILE).read_bytes()).splitlines()]
+    for entry in entries:
+        entry["value"]["digest"] = config.digest_of({"n": 1})
+    (folder / runs.UNITS_FILE).write_bytes(gzip.compress("".join(json.dumps(e) + "\n" for e in entries).encode()))
+    provenance = json.loads((folder / "provenance.json").read_text())
+    provenance["code"]["modules"]["config.py"] = "1" * 16
+    provenance["payload_sha256"] = results.payload_hashes(folder)
+    (folder / "provenance.json").write_text(json.dumps(provenance))
+    before = (folder / "provenance.json").read_bytes()
+    today = (results.fingerprint.PACKAGE / "config.py").read_text()
+
+    def recorded(changed):
+        monkeypatch.setattr(verification, "_source_at", lambda root, commit, module, digest: (
+            changed if module == "config.py" else (results.fingerprint.PACKAGE / module).read_text()).encode())
+
+    recorded(today.replace("    @property\n    def scale(self) -> str:\n        return self._scale",
+                           "    @property\n    def scale(self) -> str:\n        return str(self._scale)"))
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp", "--device", "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert ("REFUSED: code of fake_chapter that changed since its cache ran in none of the 2 units recomputed: "
+            "gmp/config.py: Config.scale; it may compute the payloads outside the units") in err
+    assert (folder / "provenance.json").read_bytes() == before
+    recorded(today + "\nCOMPUTED = 0\n")  # module-level code changed
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp", "--device", "cpu"]) == 1
+    assert "gmp/config.py's module-level code (constants, class attributes)" in capsys.readouterr().err
+    monkeypatch.setattr(verification, "_source_at", lambda root, commit, module, digest: None)  # not in git
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp", "--device", "cpu"]) == 1
+    assert "gmp/config.py (its code at the run, commit 000000000000, is not in git)" in capsys.readouterr().err
+    recorded(today.replace("    text = json.dumps(values, sort_keys=True", "    text = json.dumps(dict(values), sort_keys=True"))
+    assert runs.main(["fake_chapter", "--scale", "smoke", "--restamp", "--device", "cpu"]) == 0  # the units ran it
+
+
+def test_same_function_takes_as_evidence_only_a_test_that_runs_the_rewritten_code(vouching, capsys):
+    """Issue #48: ``--same-function MODULE --tests NODEID`` accepted any passing test as evidence, even one that never
+    touches the module (``assert True``). A test is evidence only where it runs a line of a rewritten function
+    (traced), and the record says which tests did."""
+    repo, package, ran = vouching
+    (package / "a.py").write_text("def f(x):\n    return 1 + x\n\n\ndef unused(x):\n    return x\n")
+    assert runs.main(["--same-function", "a.py", "--why", "f adds the other way round", "--tests",
+                      "tests/test_toy.py::test_unrelated"]) == 1
+    err = capsys.readouterr().err
+    assert ("REFUSED: none of the 1 tests that passed ran the rewritten functions f, unused of gmp/a.py: a test is "
+            "evidence only for code it runs") in err
+    assert (package / "same_function.json").read_text() == "[]\n"
+    assert runs.main(["--same-function", "a.py", "--why", "f adds the other way round", "--tests",
+                      "tests/test_toy.py::test_unrelated", "tests/test_toy.py::test_same"]) == 0
+    [record] = results.read_same_function(package / "same_function.json")
+    assert ("the 2 tests of tests/test_toy.py::test_unrelated, tests/test_toy.py::test_same passed, and 1 of them ran "
+            "the rewritten functions f, unused of gmp/a.py (tests/test_toy.py::test_same)") in record.why

@@ -382,3 +382,21 @@ def test_fit_equals_a_plain_torch_loop_with_keras_schedules_bitwise(loss, optimi
     assert history.val_loss == val_losses and history.best_epoch == best_epoch and history.stopped_early
     assert torch.equal(model.weight, reference.weight) and torch.equal(model.bias, reference.bias)
     assert history.lr[-1] < 0.2 and history.restored_best
+
+
+@pytest.mark.parametrize("where", ["inputs", "targets", "validation", "loader"])
+def test_nan_data_is_refused_not_read_as_divergence(where):
+    """Issue #48: NaN inputs made ``fit`` report ``diverged=True`` at epoch 0, which Part I's rules count as a
+    diverged run (chance level); bad data is refused, naming what holds it."""
+    x, y = _data()
+    bad_x, bad_y = x.clone(), y.clone()
+    (bad_y if where == "targets" else bad_x)[3, 0] = math.nan
+    kwargs = dict(epochs=2, lr=0.01)
+    if where == "validation":
+        train, kwargs["validation"], message = (x, y), (bad_x, y), "validation data: its inputs hold 1 NaN"
+    elif where == "loader":
+        train, message = [(bad_x[:5], y[:5]), (bad_x[5:], y[5:])], "training batch of step 0: its inputs hold 1 NaN"
+    else:
+        train, message = (bad_x, bad_y), f"training data: its {where} hold 1 NaN"
+    with pytest.raises(ValueError, match=message):
+        fit(_model(), train, **kwargs)

@@ -34,8 +34,9 @@ class DataUnavailableError(FileNotFoundError):
 
 
 def data_root() -> Path:
-    """``$GMP_DATA``, else ``~/.cache/gmp``."""
-    return Path(os.environ.get(DATA_ENV) or Path.home() / ".cache" / "gmp").expanduser()
+    """``$GMP_DATA``, else ``~/.cache/gmp``; a relative ``$GMP_DATA`` is taken from the working directory
+    (``python -m gmp.runs`` passes its kernel the folder resolved from where it was started)."""
+    return Path(os.path.abspath(os.path.expanduser(os.environ.get(DATA_ENV) or Path.home() / ".cache" / "gmp")))
 
 
 def sha256_of(path: Path) -> str:

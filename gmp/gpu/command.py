@@ -21,6 +21,42 @@ from .returned import merge
 from .units import STACKED_CHAPTERS, UNIT_CHAPTERS, compute_units, compute_units_stacked, stacked_units_job, units_job
 
 
+def _device(text: str) -> str:
+    """A device torch can name (``cuda``, ``cuda:1``, ``cpu``): a misspelt one failed each unit inside, exiting 0."""
+    try:
+        torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is no device torch knows: use cuda, cuda:N or cpu") from None
+    return text
+
+
+def _networks(text: str) -> int:
+    """A number of networks per group, an integer >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a number of networks, an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    """A time budget of the command line: a finite number of seconds > 0 (NaN would set no deadline at all)."""
+    value = _seconds_or_none(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("a time budget is a number of seconds > 0, got 0: nothing would run")
+    return value
+
+
+def _seconds_or_none(text: str) -> float:
+    """A number of seconds >= 0, finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, got {text!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"a finite number of seconds >= 0, got {text!r} (a NaN or infinite deadline "
+                                         "would never stop the command, a negative one would run nothing)")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["units"]:
@@ -28,10 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("out", type=Path)
         parser.add_argument("chapter", choices=UNIT_CHAPTERS)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
-        parser.add_argument("--device", default="cuda")
-        parser.add_argument("--seconds", type=float, required=True, help="time until the deadline")
+        parser.add_argument("--device", default="cuda", type=_device)
+        parser.add_argument("--seconds", type=_seconds, required=True, help="time until the deadline")
         parser.add_argument("--seed", type=int, default=0)
         args = parser.parse_args(argv[1:])
+        write_json(args.out / "gpu.json", environment(args.device))  # what merge reads the units' device from
         compute_units(args.out, args.chapter, args.scale, args.device, time.monotonic() + args.seconds, args.seed)
         return 0
     if argv[:1] == ["stacked"]:
@@ -40,11 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("out", type=Path)
         parser.add_argument("chapters", nargs="+", choices=STACKED_CHAPTERS)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
-        parser.add_argument("--device", default="cuda")
-        parser.add_argument("--seconds", type=float, required=True, help="time until the deadline")
+        parser.add_argument("--device", default="cuda", type=_device)
+        parser.add_argument("--seconds", type=_seconds, required=True, help="time until the deadline")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--probe-only", action="store_true", help="predict each queue's time; train nothing")
         args = parser.parse_args(argv[1:])
+        write_json(args.out / "gpu.json", environment(args.device))
         compute_units_stacked(args.out, args.chapters, args.scale, args.device, time.monotonic() + args.seconds,
                               args.seed, args.probe_only)
         return 0
@@ -53,16 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu lease", description=lease.__doc__.split("\n")[0])
         parser.add_argument("out", type=Path, help="the folder whose contents come back (e.g. $OUT)")
-        parser.add_argument("--seconds", type=float, default=570, help="this command's deadline (default 570)")
-        parser.add_argument("--lease-seconds", type=float, default=None,
+        parser.add_argument("--seconds", type=_seconds, default=570, help="this command's deadline (default 570)")
+        parser.add_argument("--lease-seconds", type=_seconds, default=None,
                             help="device time the lease has left as this command starts (default: --seconds); a "
                                  "group that needs more than this command saves its state for the next")
         parser.add_argument("--state", type=Path, default=STATE, help="the state folder (default _gpu_state/)")
-        parser.add_argument("--measure-seconds", type=float, default=60, help="budget of OUT/measure.json (default 60)")
-        parser.add_argument("--smoke-seconds", type=float, default=110, help="budget of the smoke run (default 110)")
-        parser.add_argument("--device", default="cuda")
+        parser.add_argument("--measure-seconds", type=_seconds_or_none, default=60, help="budget of OUT/measure.json (default 60)")
+        parser.add_argument("--smoke-seconds", type=_seconds, default=110, help="budget of the smoke run (default 110)")
+        parser.add_argument("--device", default="cuda", type=_device)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
-        parser.add_argument("--networks", type=int, default=None, help="networks of the group (default: what fits)")
+        parser.add_argument("--networks", type=_networks, default=None, help="networks of the group (default: what fits)")
         parser.add_argument("--seed", type=int, default=0)
         args = parser.parse_args(argv[1:])
         return lease(args.out, args.seconds, args.lease_seconds, args.state, args.measure_seconds, args.smoke_seconds,
@@ -71,20 +109,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu merge", description=merge.__doc__.split("\n")[0])
         parser.add_argument("out", type=Path)
         args = parser.parse_args(argv[1:])
-        added = merge(args.out)
+        try:
+            added = merge(args.out)
+        except ValueError as err:
+            print(f"python -m gmp.gpu merge: {err}", file=sys.stderr)
+            return 1
         print(f"added {len(added)} journal entries")
         return 0
     parser = argparse.ArgumentParser(prog="python -m gmp.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the folder whose contents come back (e.g. $OUT)")
-    parser.add_argument("--seconds", type=float, default=530, help="the whole command's deadline (default 530)")
-    parser.add_argument("--smoke-seconds", type=float, default=110, help="budget of the chapters' smoke run")
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--seconds", type=_seconds, default=530, help="the whole command's deadline (default 530)")
+    parser.add_argument("--smoke-seconds", type=_seconds, default=110, help="budget of the chapters' smoke run")
+    parser.add_argument("--device", default="cuda", type=_device)
     parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
-    parser.add_argument("--networks", type=int, default=None, help="networks per group (default: what fits)")
+    parser.add_argument("--networks", type=_networks, default=None, help="networks per group (default: what fits)")
     parser.add_argument("--skip-smoke", action="store_true")
     parser.add_argument("--chapters", nargs="+", default=None, help="smoke only these chapters (default: all)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--units-seconds", type=float, default=0.0,
+    parser.add_argument("--units-seconds", type=_seconds_or_none, default=0.0,
                         help="seconds kept from the lu_real group for the Part III units (default 0: what it leaves)")
     parser.add_argument("--units", nargs="*", default=list(UNIT_CHAPTERS), choices=UNIT_CHAPTERS,
                         help="chapters of the second job (default: all of UNIT_CHAPTERS, in its order whatever the "

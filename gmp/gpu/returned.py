@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,8 +28,10 @@ def _journal_config(path: Path, chapter: str) -> Any:
     ValueError when it is neither."""
     from gmp import config
 
-    scale, _, digest = path.name.split(".", 1)[0].partition("-")
-    if scale not in config.SCALES or not digest:
+    stem, dot, rest = path.name.partition(".")
+    scale, _, digest = stem.partition("-")
+    ordinary = rest == "jsonl" or (rest.endswith(".pt") and path.suffix == ".pt")  # no other suffix such as .old
+    if scale not in config.SCALES or not digest or not ordinary:
         raise ValueError(f"{path}: not a name that gmp.gpu writes (<scale>-<config digest>.jsonl or "
                          f"<scale>-<config digest>.<unit>.pt, scale one of {', '.join(config.SCALES)}); nothing "
                          "was merged: remove it from the returned folder and merge again")
@@ -52,6 +55,44 @@ def _checkpoint_progress(path: Path) -> int:
     return int(state["epoch"] if "epoch" in state else state["step"])
 
 
+def _report(path: Path) -> Any:
+    """The JSON of ``path`` (``gpu.json`` or ``summary.json`` of a returned folder); a ValueError naming it where it
+    is not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is damaged ({type(err).__name__}: {err}), so which device computed the units "
+                         "that came back is unknown; nothing was merged. Restore it from the lease's output "
+                         "(it is JSON, as python -m gmp.gpu writes it) and merge again") from None
+
+
+def _check_returned(out: Path) -> None:
+    """A ValueError unless ``out`` is a folder that ``python -m gmp.gpu`` wrote and everything in it that would
+    hold units lies where :func:`merge` reads it; a warning for each thing that its ``summary.json`` says did
+    not come back (``return_problems``, ``left_out``)."""
+    if not out.is_dir():
+        raise ValueError(f"{out} is {'a file' if out.exists() else 'not there'}: merge takes the folder that came "
+                         "back from a lease (the OUT of python -m gmp.gpu, with its gpu.json or summary.json); "
+                         "nothing was merged")
+    read = set(out.glob("*/_partial/*.jsonl")) | set(out.glob("*/_partial/*.pt"))
+    if not (read or (out / "gpu.json").is_file() or (out / "summary.json").is_file()):
+        raise ValueError(f"{out} holds no journal, no checkpoint and neither gpu.json nor summary.json, so python -m "
+                         "gmp.gpu did not write it (a mistyped path, or a folder inside it?); nothing was merged")
+    unread = sorted(path.relative_to(out).as_posix() for path in out.rglob("*")
+                    if path.suffix in (".jsonl", ".pt") and path.is_file() and path not in read
+                    and "_partial" in path.relative_to(out).parts
+                    and not any(part.startswith(".") for part in path.relative_to(out).parts))
+    if unread:
+        raise ValueError(f"{out} holds journals or checkpoints where merge does not read them: {', '.join(unread)}. "
+                         "A journal is <chapter>/_partial/<scale>-<digest>.jsonl, a unit's checkpoint "
+                         "<chapter>/_partial/<scale>-<digest>.<unit>.pt; move each there (or remove it) and merge "
+                         "again; nothing was merged")
+    summary = _report(out / "summary.json") if (out / "summary.json").is_file() else {}
+    for key, what in (("return_problems", "did not come back"), ("left_out", "was left out by the command")):
+        for problem in (summary.get(key) or []) if isinstance(summary, dict) else []:
+            print(f"  warning: {problem} ({what}, summary.json's {key}): its units are not merged", flush=True)
+
+
 def returned_device(out: Path) -> str:
     """The device that computed what came back in ``out``, as a journal entry records it
     (:func:`gmp.runs.device_name`: ``"cuda (NVIDIA H100 80GB HBM3)"``, ``"cpu"``), read from ``out/gpu.json``
@@ -59,7 +100,7 @@ def returned_device(out: Path) -> str:
     when neither holds it."""
     for name, key in (("gpu.json", None), ("summary.json", "environment")):
         if (out / name).is_file():
-            environment = json.loads((out / name).read_text())
+            environment = _report(out / name)
             environment = environment.get(key) if key else environment
             if isinstance(environment, dict) and environment.get("device"):
                 device = str(environment["device"]).split(":")[0]
@@ -86,12 +127,38 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
 
     Everything that came back is checked before anything in ``results_root`` changes: a journal or
     checkpoint of another config, a damaged checkpoint, a name gmp.gpu does not write or units with no record
-    of their device raise a ValueError and nothing is merged. Returns the journal keys added."""
+    of their device raise a ValueError and nothing is merged, and so do a path that is no folder ``python -m
+    gmp.gpu`` wrote, a journal or checkpoint where merge does not read it (``<scale>-<digest>.old.jsonl``, a
+    checkpoint a folder deeper) and a journal that a run of the chapter is writing (its lock,
+    :func:`gmp.runs.run_lock`, held by the run's pid: merge after it ends). What ``summary.json`` says did not
+    come back is warned of. Returns the journal keys added."""
     from gmp import results
 
     root = results_root if results_root is not None else results.results_root()
     if root is None:
         raise ValueError("no results folder: run from a clone of the book's repository or set GMP_RESULTS")
+    from gmp.runs import run_lock
+
+    _check_returned(out)
+    journals = sorted({root / path.parents[1].name / "_partial" / f"{path.name.partition('.')[0]}.jsonl"
+                       for pattern in ("*/_partial/*.jsonl", "*/_partial/*.pt") for path in out.glob(pattern)})
+    made = sorted({folder for journal in journals for folder in [journal.parent, *journal.parent.parents]
+                   if not folder.exists() and root in [folder, *folder.parents]}, key=lambda f: -len(f.parts))
+    try:
+        with contextlib.ExitStack() as locks:  # one writer per journal: a run of it, or this merge
+            for journal in journals:
+                locks.enter_context(run_lock(journal))
+            return _merge_locked(out, root)
+    finally:
+        for folder in made:  # what the locks made and nothing filled
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def _merge_locked(out: Path, root: Path) -> list[str]:
+    """:func:`merge` once it holds the lock of every journal it may write (:func:`gmp.runs.run_lock`)."""
+    from gmp import results
+
     appends: list[tuple[Path, list[dict[str, Any]]]] = []  # (journal in root, entries to add)
     copies: list[tuple[Path, Path, int]] = []  # (returned checkpoint, where it goes, how far it trained)
     for path in sorted(out.glob("*/_partial/*.jsonl")):

@@ -265,6 +265,13 @@ def cached(chapter: str, name: str, scale: str = "paper") -> Cached:
         return Cached(chapter, name, scale, "absent", units={e["key"]: e["value"] for e in entries},
                       units_code=resumed_code(entries, chapter))
     provenance, payload, arrays = found
+    recorded = provenance.get("config")
+    if isinstance(recorded, dict) and _config.digest_of(recorded) != provenance.get("config_digest"):
+        return Cached(chapter, name, scale, "corrupt", problem=(
+            f"its provenance.json records a config whose digest is {_config.digest_of(recorded)}, not the "
+            f"config_digest {provenance.get('config_digest')!r} it records beside it: one of them was edited after "
+            f"the run, so which config computed these results is unknown; restore the folder from git or rerun "
+            f"the chapter"))
     current = _config.load(chapter, scale).digest
     status = "current" if provenance.get("config_digest") == current else "stale"
     restamp = _restamp(provenance)

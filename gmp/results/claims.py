@@ -230,14 +230,66 @@ class Claim:
     def evaluate(self, payload: Mapping[str, Any], check: Callable[[Mapping[str, Any]], tuple[str, str]] | None = None
                  ) -> tuple[str, str]:
         """``(measurement, verdict)`` of ``check`` (default: the claim's) on ``payload``; a comparative
-        rule whose :attr:`test` cannot reach its level gives :data:`INCONCLUSIVE`, saying why."""
-        measured, verdict = (check or self.check)(payload)
+        rule whose :attr:`test` cannot reach its level gives :data:`INCONCLUSIVE`, saying why.
+
+        A rule never compares a NaN of the payload (a diverged network's best PSNR, say): each NaN is handed to
+        the rule as a ``_PayloadNaN``, whose comparisons raise; a finding's rule that compares one is then
+        :data:`INCONCLUSIVE`, saying where the NaN is, and an identity's raises :class:`NaNCompared`."""
+        try:
+            measured, verdict = (check or self.check)(_strict(payload, "payload"))
+        except NaNCompared as err:
+            if self.kind != FINDING:
+                raise
+            return (f"no verdict: the rule would compare {err.where}, which is NaN (a network that diverged or "
+                    f"never produced a finite value); a NaN is no result, so the comparison is not made"), INCONCLUSIVE
         allowed = KIND_VERDICTS[self.kind]
         if verdict not in allowed:
             raise ValueError(f"claim {self.key!r} ({self.kind}) returned verdict {verdict!r}, expected one of {allowed}")
         if self.test is not None and not self.test.can_separate:
             return f"{measured}; {self.test.describe()}", INCONCLUSIVE
         return measured, verdict
+
+
+class NaNCompared(ValueError):
+    """A rule compared a NaN of its payload (``_PayloadNaN``); ``where`` names it (``payload['rows']['x']``)."""
+
+    def __init__(self, where: str):
+        super().__init__(f"a claim's rule compared {where}, which is NaN: refuse the payload or rerun what produced it")
+        self.where = where
+
+
+class _PayloadNaN(float):
+    """A NaN read from a claim's payload at ``where``: comparing it raises :class:`NaNCompared` (a plain NaN
+    compares False both ways, which a rule would read as a loss or a miss), and arithmetic on it gives another,
+    so that ``rotated - nerf > 0`` raises too."""
+
+    def __new__(cls, where: str):
+        value = super().__new__(cls, math.nan)
+        value.where = where
+        return value
+
+    def _compare(self, other: Any) -> bool:
+        raise NaNCompared(self.where)
+
+    def _arithmetic(self, *other: Any) -> "_PayloadNaN":
+        return _PayloadNaN(self.where)
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compare
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _arithmetic
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __neg__ = __pos__ = __abs__ = _arithmetic
+    __hash__ = float.__hash__
+
+
+def _strict(value: Any, where: str) -> Any:
+    """``value`` (a payload: JSON's dicts, lists and numbers) with each float NaN replaced by a ``_PayloadNaN``
+    naming where it is."""
+    if isinstance(value, float) and math.isnan(value):
+        return _PayloadNaN(where)
+    if isinstance(value, Mapping):
+        return {k: _strict(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_strict(v, f"{where}[{i}]") for i, v in enumerate(value))
+    return value
 
 
 RULE_HASH = "rule-syntax"

@@ -33,8 +33,12 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
     entry (valid JSON of another shape, bytes that are not UTF-8, or an entry whose ``code``,
     ``modules`` or ``seconds`` has the wrong type, see :func:`entry_problem`) is
     skipped with a warning naming the file and the line, so that it never blocks a resume.
+
+    Two entries for one unit are a ValueError naming the file and both lines: which of them is the unit's
+    result cannot be told (a process that journalled without the run's lock, a line pasted in), and taking
+    either would be a silent choice.
     """
-    entries = []
+    entries, lines = [], {}
     for number, raw in enumerate(path.read_bytes().splitlines() if path.is_file() else [], start=1):
         try:
             entry = json.loads(raw.decode("utf-8"))
@@ -46,6 +50,10 @@ def journal_entries(path: Path) -> list[dict[str, Any]]:
         if problem := entry_problem(entry):
             warnings.warn(f"{path}, line {number}: skipped, {problem}: {raw[:80]!r}", stacklevel=2)
             continue
+        if (first := lines.setdefault(entry["key"], number)) != number:
+            raise ValueError(f"journal {path} holds two entries for the unit {entry['key']!r}, on lines {first} and "
+                             f"{number}: which is its result cannot be told. Delete the wrong line (or both, to "
+                             f"compute the unit again) and rerun")
         entries.append(entry)
     return entries
 
@@ -158,7 +166,7 @@ def carried_units(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def journal_units(path: Path) -> dict[str, Any]:
-    """The values of a journal's units by key (a unit journalled twice keeps its last entry)."""
+    """The values of a journal's units by key (a unit journalled twice is an error: :func:`journal_entries`)."""
     return {entry["key"]: entry["value"] for entry in journal_entries(path)}
 
 

@@ -160,6 +160,7 @@ class Store:
             self._append(units)
 
     def _append(self, units: Mapping[str, tuple[Any, float]]) -> None:
+        self._check_runner()
         code = _fingerprint.code_fingerprint()
         lines = []
         for key, (value, seconds) in units.items():
@@ -173,6 +174,23 @@ class Store:
             lines.append(json.dumps(entry))
             self._journal[key] = json.loads(lines[-1])["value"]
         append_journal(self._journal_path, lines)
+
+    def _check_runner(self) -> None:
+        """RuntimeError where the ``gmp.runs`` that started this process (its pid ends the staging folder's name,
+        ``.staging-<scale>-<pid>``) has ended: a kernel or worker left running after ``kill -9`` of its runner no
+        longer works under the run's lock, so it journals nothing more."""
+        pid = self.staging.name.rpartition("-")[2] if self.staging is not None else ""
+        if not (self.staging.name.startswith(".staging-") and pid.isdigit()) or os.name != "posix":
+            return
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            raise RuntimeError(f"the gmp.runs that started this process (pid {pid}, whose staging folder is "
+                               f"{self.staging}) has ended, so this process no longer works under its run's lock: "
+                               f"it journals nothing more. Rerun python -m gmp.runs {self.chapter} to resume from "
+                               f"the journal") from None
+        except PermissionError:  # alive, under another user
+            pass
 
     def cached(self, name: str, scale: str = "paper") -> Cached:
         return cached(self.chapter, name, scale)

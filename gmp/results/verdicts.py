@@ -212,6 +212,9 @@ def _evaluate(claim: Claim, payload: Mapping[str, Any], where: str,
         return (f"{where} malformed: the rule cannot read it ({type(err).__name__}: {err}); rerun the chapter "
                 "or restore the cache from git"), CORRUPT, None
     except ValueError as err:  # a finding's statistics refusing an infinity, which is a result, not damage
+        if claim.kind == _claims.FINDING and _nan(payload) and not _infinite(payload):
+            return (f"no verdict: the rule's statistics refuse a NaN of {where.rsplit(' ', 1)[0]} (a network that "
+                    f"diverged, say), which is no result ({type(err).__name__}: {err})"), _claims.INCONCLUSIVE, None
         if claim.kind != _claims.FINDING or not _infinite(payload):
             raise
         subject, verb = where.rsplit(" ", 1)
@@ -227,6 +230,15 @@ def _infinite(value: Any) -> bool:
     if isinstance(value, Mapping):
         return any(_infinite(v) for v in value.values())
     return isinstance(value, (list, tuple)) and any(_infinite(v) for v in value)
+
+
+def _nan(value: Any) -> bool:
+    """Whether ``value`` (a payload: JSON's dicts, lists and numbers) holds a NaN."""
+    if isinstance(value, float):
+        return math.isnan(value)
+    if isinstance(value, Mapping):
+        return any(_nan(v) for v in value.values())
+    return isinstance(value, (list, tuple)) and any(_nan(v) for v in value)
 
 
 def judge(chapter: str, claim: Claim) -> Judgement:
