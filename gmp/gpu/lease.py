@@ -38,10 +38,10 @@ from .lu_real import load_group, state_path, train_group
 from .measure import measure
 
 LEASES = ROOT / "book" / "_results" / "lu_real" / "leases"
-"""Where ``merge`` keeps each lease's ``summary.json`` and ``measure.json`` (``<stamp>-summary.json``)."""
+"""Where ``merge`` keeps each lease's ``summary.json`` and ``measure.json`` (as ``<stamp>-summary.json``)."""
 
 STATE = ROOT / "_gpu_state"
-"""The default state folder: ignored by git, so it stays on a warm GPU machine between two commands."""
+"""The default state folder, ignored by git, so that it stays on a warm GPU machine between two commands."""
 
 
 def smoke_shown_passing(leases: Path = LEASES) -> str | None:

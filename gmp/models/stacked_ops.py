@@ -33,7 +33,7 @@ __all__ = ["KINDS", "activation_forward", "activation_backward", "momentum_updat
            "phi_derivative_reference"]
 
 KINDS = list(ACTIVATIONS)
-"""The activation kinds by index, as the kernels read them: ``tanh, relu, leaky_relu, elu, selu, gelu``."""
+"""The activation kinds by index, as the kernels read them (``tanh, relu, leaky_relu, elu, selu, gelu``)."""
 
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 """``torch.nn.functional.selu``'s constants."""

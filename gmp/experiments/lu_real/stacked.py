@@ -85,7 +85,7 @@ class StackedTraining:
         self._graph: Any = None
         self._static: tuple[torch.Tensor, torch.Tensor] | None = None
         self.mode = "eager" + (", stacked kernels" if kernels else ", torch reference")
-        """The way the full mini-batches ran: "eager" or, once captured, "CUDA graph", with the
+        """How the full mini-batches ran, "eager" or, once captured, "CUDA graph", with the
         square layers' element-wise work as "stacked kernels" (:mod:`gmp.models.stacked_ops`) or
         their "torch reference"."""
 
