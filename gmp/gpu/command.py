@@ -96,8 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             help="device time the lease has left as this command starts (default: --seconds); a "
                                  "group that needs more than this command saves its state for the next")
         parser.add_argument("--state", type=Path, default=STATE, help="the state folder (default _gpu_state/)")
-        parser.add_argument("--measure-seconds", type=_seconds_or_none, default=60, help="budget of OUT/measure.json (default 60)")
-        parser.add_argument("--smoke-seconds", type=_seconds, default=110, help="budget of the smoke run (default 110)")
+        parser.add_argument("--measure-seconds", type=_seconds_or_none, default=60,
+                            help="budget of OUT/measure.json (default 60; 0 skips it)")
+        parser.add_argument("--smoke-seconds", type=_seconds_or_none, default=110,
+                            help="budget of the smoke run (default 110; 0 skips it)")
         parser.add_argument("--device", default="cuda", type=_device)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
         parser.add_argument("--networks", type=_networks, default=None, help="networks of the group (default: what fits)")
