@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 
+
 class Unavailable(Exception):
     """The rule as it was at the run cannot be recovered or run; the message says why."""
 
@@ -87,32 +88,6 @@ def judge_at(root: Path, commit: str, chapter: str, key: str, payload: Mapping[s
         raise Unavailable(f"the rule at commit {commit[:10]} hashes as {found['digest']}, not as the run recorded "
                           f"({recorded}), so it is not the rule the run was made with")
     return found["measured"], found["verdict"]
-
-
-@functools.cache
-def earlier_runs(root: str, provenance: str) -> tuple[tuple[str, str, tuple[tuple[str, str], ...] | None], ...]:
-    """Every earlier version of the committed ``provenance`` file (a cache's ``provenance.json``, its path
-    relative to ``root``) as ``(commit, date of the run, rules recorded or None)``, newest first, from git's
-    history (``git log``, ``git show``); empty where git cannot tell. A rerun records the rules in force at
-    it, which says nothing of whether they were written before an earlier run's results were seen."""
-    try:
-        commits = subprocess.run(["git", "log", "--format=%H", "--", provenance], cwd=root, capture_output=True,
-                                 text=True, check=True, timeout=60).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    out = []
-    for commit in commits:
-        try:
-            text = subprocess.run(["git", "show", f"{commit}:{provenance}"], cwd=root, capture_output=True,
-                                  text=True, check=True, timeout=60).stdout
-            record = json.loads(text)
-        except (OSError, subprocess.SubprocessError, ValueError):
-            continue
-        code = record.get("code") if isinstance(record.get("code"), dict) else {}
-        rules = code.get("rules") if isinstance(code.get("rules"), dict) else None
-        out.append((commit, str(record.get("date", "?")),
-                    tuple(sorted((str(k), str(v)) for k, v in rules.items())) if rules is not None else None))
-    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,18 +194,8 @@ print(json.dumps(out))
 """
 
 
-def todays_hashing() -> str:
-    """The source of today's :func:`gmp.results.rule_digest` and what it calls, to run beside an earlier package."""
-    import inspect
-
-    from gmp.results import claims, fingerprint
-
-    return "\n\n".join(["from __future__ import annotations\nimport ast, contextlib, functools, hashlib, json",
-                        *(inspect.getsource(f) for f in (fingerprint._tree, claims._function_parts,
-                                                         claims.rule_digest))])
-
-
-def rules_at(root: Path, commit: str, chapter: str, asked: Mapping[str, list[Any]]) -> dict[str, dict[str, Any] | None]:
+def rules_at(root: Path, commit: str, chapter: str, asked: Mapping[str, list[Any]],
+             hashing: str) -> dict[str, dict[str, Any] | None]:
     """For each claim key of ``asked`` (key to payloads), the claim of ``chapter`` as it was at ``commit`` of the
     repository at ``root`` (read from git, run in a separate Python process), or None where that commit has no such
     claim: its ``kind``, its ``digest`` and ``decision`` (its rule hashed by today's :func:`gmp.results.rule_digest`,
@@ -238,7 +203,7 @@ def rules_at(root: Path, commit: str, chapter: str, asked: Mapping[str, list[Any
     where it did not) and its ``[measured, verdict]`` on each payload (``[error, None]`` where it fails on it). Raises :class:`Unavailable` saying
     why where that cannot be told."""
     tree = _package_at(str(root), commit)
-    request = json.dumps({"hashing": todays_hashing(), "claims": {chapter: dict(asked)}})
+    request = json.dumps({"hashing": hashing, "claims": {chapter: dict(asked)}})
     return _rules_at(str(tree), commit, request)
 
 
