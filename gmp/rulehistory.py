@@ -10,6 +10,7 @@ recorded, and given the run's payload (:func:`judge_at`).
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import io
 import json
@@ -22,6 +23,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
 
 
 class Unavailable(Exception):
@@ -88,27 +90,132 @@ def judge_at(root: Path, commit: str, chapter: str, key: str, payload: Mapping[s
     return found["measured"], found["verdict"]
 
 
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A committed paper-scale run of a chapter, as a version of its cache's ``provenance.json`` in git records it."""
+
+    commit: str
+    """The commit that holds this version of the cache (where its payload is read from)."""
+    run_commit: str
+    """The commit the run was made at, as its provenance records it (``+dirty``: with uncommitted changes), or ""."""
+    date: str
+    rules: tuple[tuple[str, str], ...] | None
+    """The rule digests the run recorded, or None where it recorded none (it predates them)."""
+
+    @property
+    def base(self) -> str:
+        """The commit the run's code was taken from (its uncommitted changes aside), or "" where none is recorded."""
+        return self.run_commit.removesuffix("+dirty") if re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?",
+                                                                       self.run_commit) else ""
+
+    @property
+    def dirty(self) -> bool:
+        return self.run_commit.endswith("+dirty")
+
+
 @functools.cache
-def earlier_runs(root: str, provenance: str) -> tuple[tuple[str, str, tuple[tuple[str, str], ...] | None], ...]:
-    """Every earlier version of the committed ``provenance`` file (a cache's ``provenance.json``, its path
-    relative to ``root``) as ``(commit, date of the run, rules recorded or None)``, newest first, from git's
-    history (``git log``, ``git show``); empty where git cannot tell. A rerun records the rules in force at
-    it, which says nothing of whether they were written before an earlier run's results were seen."""
+def runs(root: str, chapter: str) -> tuple[Run, ...]:
+    """The committed paper-scale runs of ``chapter`` in the repository at ``root``, oldest first, one per run (a
+    re-stamped or re-committed cache of the same run counts once, at the first commit that holds it), from the
+    history of its ``provenance.json``; empty where git cannot tell."""
+    path = f"book/_results/{chapter}/paper/provenance.json"
     try:
-        commits = subprocess.run(["git", "log", "--format=%H", "--", provenance], cwd=root, capture_output=True,
-                                 text=True, check=True, timeout=60).stdout.split()
+        commits = subprocess.run(["git", "log", "--reverse", "--format=%H", "--", path], cwd=root,
+                                 capture_output=True, text=True, check=True, timeout=60).stdout.split()
     except (OSError, subprocess.SubprocessError):
         return ()
-    out = []
+    out, seen = [], set()
     for commit in commits:
-        try:
-            text = subprocess.run(["git", "show", f"{commit}:{provenance}"], cwd=root, capture_output=True,
-                                  text=True, check=True, timeout=60).stdout
-            record = json.loads(text)
-        except (OSError, subprocess.SubprocessError, ValueError):
+        record = _show_json(root, commit, path)
+        if not isinstance(record, dict):
             continue
         code = record.get("code") if isinstance(record.get("code"), dict) else {}
         rules = code.get("rules") if isinstance(code.get("rules"), dict) else None
-        out.append((commit, str(record.get("date", "?")),
-                    tuple(sorted((str(k), str(v)) for k, v in rules.items())) if rules is not None else None))
+        run = Run(commit, str(record.get("commit", "")), str(record.get("date", "?")),
+                  tuple(sorted((str(k), str(v)) for k, v in rules.items())) if rules is not None else None)
+        if (run.run_commit, run.date) not in seen:
+            seen.add((run.run_commit, run.date))
+            out.append(run)
     return tuple(out)
+
+
+def _show_json(root: str, commit: str, path: str) -> Any:
+    """The JSON file ``path`` as ``commit`` holds it, or None where git cannot show it or it does not parse."""
+    try:
+        return json.loads(subprocess.run(["git", "show", f"{commit}:{path}"], cwd=root, capture_output=True, text=True,
+                                         check=True, timeout=60).stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+@functools.cache
+def payload_at(root: str, commit: str, chapter: str, result: str) -> Any:
+    """The paper-scale payload ``result`` of ``chapter`` as ``commit`` holds it, or None where it holds none."""
+    return _show_json(root, commit, f"book/_results/{chapter}/paper/{result}.json")
+
+
+_RULES_AT = r"""
+import importlib, json, sys, types
+tree = sys.argv[1]
+sys.path.insert(0, tree)
+request = json.load(sys.stdin)
+hashing = {}
+exec(request["hashing"], hashing)
+import gmp
+if not gmp.__file__.startswith(tree):
+    sys.exit(f"imported gmp from {gmp.__file__}, not from {tree}")
+from gmp import results
+out = {}
+for chapter, asked in request["claims"].items():
+    try:
+        module = importlib.import_module(f"gmp.experiments.{chapter}")
+    except ImportError:
+        module = None
+    claims = {c.key: c for c in getattr(module, "CLAIMS", [])}
+    for key, payloads in asked.items():
+        claim = claims.get(key)
+        if claim is None:
+            out[f"{chapter}/{key}"] = None
+            continue
+        view = types.SimpleNamespace(rule=claim.rule, kind=getattr(claim, "kind", "finding"),
+                                     test=getattr(claim, "test", None), check=claim.check)
+        bare = types.SimpleNamespace(rule="", kind="", test=view.test, check=claim.check)
+        verdicts = []
+        for payload in payloads:
+            try:
+                verdicts.append(list((claim.evaluate if hasattr(claim, "evaluate") else claim.check)(payload)))
+            except Exception as err:
+                verdicts.append([f"{type(err).__name__}: {err}", None])
+        out[f"{chapter}/{key}"] = {"kind": view.kind, "digest": hashing["rule_digest"](view),
+                                   "decision": hashing["rule_digest"](bare),
+                                   "recorded_as": results.rule_digest(claim) if hasattr(results, "rule_digest") else "",
+                                   "verdicts": verdicts}
+print(json.dumps(out))
+"""
+
+
+def rules_at(root: Path, commit: str, chapter: str, asked: Mapping[str, list[Any]],
+             hashing: str) -> dict[str, dict[str, Any] | None]:
+    """For each claim key of ``asked`` (key to payloads), the claim of ``chapter`` as it was at ``commit`` of the
+    repository at ``root`` (read from git, run in a separate Python process), or None where that commit has no such
+    claim: its ``kind``, its ``digest`` and ``decision`` (its rule hashed by today's :func:`gmp.results.rule_digest`,
+    and the same without its words and kind: what decides), ``recorded_as`` (hashed as that commit hashed rules, ""
+    where it did not) and its ``[measured, verdict]`` on each payload (``[error, None]`` where it fails on it). Raises :class:`Unavailable` saying
+    why where that cannot be told."""
+    tree = _package_at(str(root), commit)
+    request = json.dumps({"hashing": hashing, "claims": {chapter: dict(asked)}})
+    return _rules_at(str(tree), commit, request)
+
+
+@functools.cache
+def _rules_at(tree: str, commit: str, request: str) -> dict[str, dict[str, Any] | None]:
+    try:
+        done = subprocess.run([sys.executable, "-c", _RULES_AT, tree], input=request, capture_output=True, text=True,
+                              timeout=300, cwd=tree)
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"the rules at commit {commit[:10]} did not finish within 300 s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise Unavailable(f"the rules at commit {commit[:10]} could not be read ({last})")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return {key.partition("/")[2]: value for key, value in found.items()}

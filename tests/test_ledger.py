@@ -1,6 +1,7 @@
 """The claims ledger (gmp.results.verdicts): three ledgers with their own tallies, the power of a rule's test,
 provisional verdicts, and whether a rule was fixed before its run."""
 
+import dataclasses
 import html
 import itertools
 import json
@@ -144,7 +145,7 @@ def test_the_rule_recorded_with_a_run_tells_a_rule_fixed_before_it_from_one_revi
     [row] = ledger.ledger_rows()
     assert row["rule_status"] == ledger.REVISED and "RULE REVISED" in row["Rule status"]
     _publish(tmp_path, {"gap": 0.5}, rules={"another-claim": "0" * 16})
-    assert ledger.ledger_rows()[0]["rule_status"] == ledger.REVISED  # the claim was written after the run
+    assert ledger.ledger_rows()[0]["rule_status"] == ledger.WRITTEN_AFTER  # the claim was written after the run
     _publish(tmp_path, {"gap": 0.5})
     [row] = ledger.ledger_rows()
     assert row["rule_status"] == ledger.UNKNOWN and "recorded no rule hashes" in row["Rule status"]
@@ -211,14 +212,17 @@ def test_every_rule_replaced_after_its_committed_run_shows_both_verdicts():
             "lu-syn-plain-explode", "chen-banana-accuracy", "chen-banana-lr", "sbsnn-fit-faster-author-minibatch"} <= replaced
     for key in replaced:
         assert rows[key]["rule_status"] == ledger.REVISED and rows[key]["earlier"] in results.VERDICTS, key
-    for key, row in rows.items():  # a headline whose design changed after its run may have a new rule too
+    for key, row in rows.items():  # a rule revised after its run, as the history shows it, shows both verdicts
         if key not in replaced and row["verdict"] in (*results.VERDICTS, *results.IDENTITY_VERDICTS):
-            allowed = (ledger.FIXED, ledger.UNKNOWN, ledger.REFACTORED,
-                       *(ledger.REVISED,) * (row["earlier_design"] is not None))
-            assert row["rule_status"] in allowed, key
-    # its cache records the rules it ran with, but the arms' first paper-scale runs (2026-11-25) recorded none
+            assert row["rule_status"] in ledger.STATUSES, key
+            assert (row["rule_status"] == ledger.REVISED) == (row["earlier"] is not None), key
+    # the arms' check keeps the runs of the headline's earlier design, seen before the check judged its own runs
     assert rows["chen-banana-accuracy-glorot"]["rule_status"] == ledger.UNKNOWN
-    assert "earlier paper-scale run of this experiment (2026-11-25" in html.unescape(rows["chen-banana-accuracy-glorot"]["Rule status"])
+    assert "the headline chen-banana-accuracy had until 2026-11-26" in html.unescape(
+        rows["chen-banana-accuracy-glorot"]["Rule status"])
+    # the first banana run (2026-11-22) already held both rates; these checks came after it
+    assert rows["chen-banana-accuracy-lr001"]["rule_status"] == rows["chen-banana-accuracy-lr01"]["rule_status"] == (
+        ledger.WRITTEN_AFTER)
     # dca65ed rewrote the banana rules after their first run: the old accuracy rule gives more on today's cache.
     assert (rows["chen-banana-accuracy"]["verdict"], rows["chen-banana-accuracy"]["earlier"]) == (PARTLY, REPRODUCED)
     assert rows["sbsnn-fit-faster-author-minibatch"]["rule_status"] == ledger.REVISED
@@ -438,14 +442,16 @@ def test_a_rule_is_judged_by_what_it_decides_with_the_rule_at_the_run_read_from_
     row = publish(_refactored)
     assert results.rule_digest(_claim(check=_refactored)) != recorded
     assert (row["verdict"], row["rule_status"], row["earlier"]) == (REPRODUCED, ledger.REFACTORED, None)
-    assert f"the rule as it was at the run's commit {commit[:10]}" in html.unescape(row["Rule status"])
+    assert f"was made at commit {commit[:10]}, whose rule was rewritten since" in html.unescape(row["Rule status"])
     row = publish(_strict)  # the verdict moves: both show
     assert (row["verdict"], row["rule_status"], row["earlier"]) == (NOT_REPRODUCED, ledger.REVISED, REPRODUCED)
-    assert "RULE REVISED after the run: the rule as it was at the run's commit" in html.unescape(row["Rule status"])
+    assert f"RULE REVISED after the run: the run of 2026-11-22 00:00 UTC was made at commit {commit[:10]}, whose rule " \
+           f"gives reproduced" in html.unescape(row["Rule status"])
     assert "Rule in force at the run</strong> (as at the run's commit, read from git)" in row["Earlier"]
     row = publish(_refactored, rules={"fake-gap": "0" * 16})  # the commit's rule is not the one the run recorded
     assert (row["rule_status"], row["earlier"]) == (ledger.REVISED, None)
-    assert f"hashes as {recorded}, not as the run recorded ({'0' * 16})" in html.unescape(row["Rule status"])
+    assert f"recorded the rule hash {'0' * 16}, but the rule at commit {commit[:10]} hashes as {recorded}" in (
+        html.unescape(row["Rule status"]))
 
 
 def test_a_claim_whose_units_the_cache_predates_reads_not_yet_run_not_corrupt(chapter, tmp_path):
@@ -515,9 +521,140 @@ def test_a_rule_recorded_by_a_rerun_is_not_called_fixed_before_an_earlier_run_th
     commit("2026-11-22 00:00 UTC", rules)
     [row] = ledger.ledger_rows()
     assert row["rule_status"] == ledger.UNKNOWN
-    assert "earlier paper-scale run of this experiment (2026-11-20 00:00 UTC" in html.unescape(row["Rule status"])
+    assert "the run of 2026-11-20 00:00 UTC (cache of commit" in html.unescape(row["Rule status"])
+    assert "recorded no rule hashes (it predates them)" in html.unescape(row["Rule status"])
     ledger_rows_again = tmp_path / "again"
     ledger_rows_again.mkdir()
     monkeypatch.setattr(results.files, "repository_root", lambda: ledger_rows_again)  # no history: as before
     [row] = ledger.ledger_rows()
     assert row["rule_status"] == ledger.FIXED
+
+
+TOY_CHAPTER = '''
+from gmp import config
+from gmp.results import FAILS, IDENTITY, PARTLY, REPRODUCED, VERIFIED, Claim
+
+CONFIG = config.scaled(smoke={"n": 1}, small={"n": 2}, paper={"n": 3})
+
+
+def _check(payload):
+    return f"gap {payload['gap']:.2f}", REPRODUCED if payload["gap"] < 1 else PARTLY
+
+
+def _holds(payload):
+    return f"gap {payload['gap']:.2f}", VERIFIED if payload["gap"] < 1 else FAILS
+
+
+def _claim(key, **changes):
+    return Claim(**{"key": key, "paper": "chen", "text": "The gap is small.", "result": "summary",
+                    "rule": "reproduced if gap < 1, else partly", "check": _check, "source": "paper", **changes})
+
+
+CLAIMS = [_claim("fake-fixed"), _claim("fake-reworded", rule="reproduced if the gap is below 1, else partly"),
+          _claim("fake-rewritten"), _claim("fake-revised"), _claim("fake-later"),
+          _claim("fake-relabelled", kind=IDENTITY, check=_holds, rule="verified if gap < 1, else fails")]
+'''
+
+
+def _toy_claims():
+    """Today's claims of the toy chapter, against TOY_CHAPTER as its first run's commit held them."""
+    return [_claim(key="fake-fixed"), _claim(key="fake-reworded", rule="reproduced if gap < 1 (reworded), else partly"),
+            _claim(key="fake-rewritten", check=_refactored), _claim(key="fake-revised", check=_strict),
+            _claim(key="fake-later"), _claim(key="fake-relabelled"), _claim(key="fake-new")]
+
+
+def test_the_rule_status_is_what_the_history_of_the_caches_and_of_the_rules_shows(chapter, tmp_path, monkeypatch,
+                                                                                     root):
+    """A toy history: the chapter's code committed, then a first paper-scale run of it that recorded no rule hashes,
+    then a rerun that recorded today's rules (and another hash for one claim). Each claim's status is the class the
+    history shows: fixed before the first run, reworded (same thresholds; a finding once worded as an identity), 
+    rewritten with the same verdict, revised (both verdicts shown; also where a later run recorded a rule that is not
+    the one its commit holds), and written after the run."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(root / "gmp", repo / "gmp", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "gmp" / "experiments" / "fake_chapter.py").write_text(TOY_CHAPTER)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    monkeypatch.setenv(results.ROOT_ENV, str(repo / "book" / "_results"))
+    monkeypatch.setattr(results.files, "repository_root", lambda: repo)
+    chapter.CLAIMS = _toy_claims()
+    folder = repo / "book" / "_results" / "fake_chapter" / "paper"
+
+    def commit(message, provenance=None):
+        if provenance is not None:
+            results.atomic_write_json(folder / "summary.json", {"gap": 0.5})
+            code = {"digest": "d", "modules": {}, "hash": results.CODE_HASH}
+            if "rules" in provenance:
+                code.update(rules=provenance.pop("rules"), rule_hash=results.RULE_HASH)
+            results.atomic_write_json(folder / "provenance.json", {
+                "chapter": "fake_chapter", "config_digest": config.load("fake_chapter", "paper").digest, "code": code,
+                **provenance})
+        subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
+        subprocess.run(git + ["commit", "-qm", message], cwd=repo, check=True)
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+    code_commit = commit("the chapter's code")
+    commit("first run", {"commit": code_commit, "date": "2026-11-20 00:00 UTC"})
+    today = {claim.key: results.rule_digest(claim) for claim in chapter.CLAIMS}
+    commit("rerun", {"commit": code_commit, "date": "2026-11-22 00:00 UTC",
+                     "rules": {**today, "fake-later": "0" * 16}})
+    rows = {row["key"]: row for row in ledger.ledger_rows()}
+    assert {key: row["rule_status"] for key, row in rows.items()} == {
+        "fake-fixed": ledger.FIXED, "fake-reworded": ledger.REWORDED, "fake-rewritten": ledger.REFACTORED,
+        "fake-revised": ledger.REVISED, "fake-later": ledger.REVISED, "fake-relabelled": ledger.REWORDED,
+        "fake-new": ledger.WRITTEN_AFTER}
+    assert {row["verdict"] for row in rows.values()} == {REPRODUCED, NOT_REPRODUCED}
+    assert (rows["fake-revised"]["verdict"], rows["fake-revised"]["earlier"]) == (NOT_REPRODUCED, REPRODUCED)
+    assert all(row["earlier"] is None for key, row in rows.items() if key != "fake-revised")  # fake-later: unread
+    notes = {key: html.unescape(row["Rule status"]) for key, row in rows.items()}
+    assert f"was made at commit {code_commit[:10]}, whose rule is today's" in notes["fake-fixed"]
+    assert "Rule fixed before the first run whose results it judges" in notes["fake-fixed"]
+    assert "the identity it was there is today's finding" in notes["fake-relabelled"]
+    assert "its words differ from today's, what decides (check and test) does not" in notes["fake-reworded"]
+    assert f"was made at commit {code_commit[:10]}, which has no such claim" in notes["fake-new"]
+    assert "recorded the rule hash 0000000000000000" in notes["fake-later"]
+
+
+def test_a_changed_design_says_in_one_line_which_way_it_moved_the_verdict(chapter, tmp_path):
+    """The row, the verdict box and the page's paragraph (``design_change``) name the earlier design, its verdict at
+    the run seen, today's, and whether the change raised or lowered the verdict; the box puts a caveat first."""
+    import re
+
+    design = EarlierDesign(design="the old draw", commits="abc1234", changed="2026-11-23 00:00 UTC",
+                           why="Chosen after the old draw had been seen.", run="def5678", gave=NOT_REPRODUCED)
+    chapter.CLAIMS = [_claim(earlier_design=design, caveat=lambda p: "one seed decides it")]
+    _publish(tmp_path, {"gap": 0.5})
+
+    def text(markup):
+        return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+    [row] = ledger.ledger_rows()
+    line = ("headline design changed after a run of it was seen on 2026-11-23, which raised the verdict: the earlier "
+            "design (the old draw) gave not reproduced, today's gives reproduced")
+    box = results.verdict_box("fake_chapter").data
+    assert line in text(row["Verdict"]) and line in text(box)
+    assert text(box).index("one seed decides it") < text(box).index(line)
+    assert "the change raised the verdict" in text(row["Earlier"])
+    assert ledger.design_change("fake_chapter") == (
+        'Until 2026-11-23 00:00 UTC (abc1234) the headline "The gap is small." was judged on the old draw. The run of '
+        'that design that was seen is the cache of commit def5678: "The gap is small.": not reproduced at that run; '
+        "reproduced today: the change raised the verdict. Chosen after the old draw had been seen.")
+    chapter.CLAIMS = [_claim(earlier_design=dataclasses.replace(design, gave=REPRODUCED), check=_strict)]
+    [row] = ledger.ledger_rows()
+    assert "which lowered the verdict" in text(row["Verdict"]) and "the change lowered the verdict" in text(row["Earlier"])
+    chapter.CLAIMS = [_claim()]
+    assert ledger.design_change("fake_chapter") == ""
+
+
+def test_the_uci_headlines_say_their_early_stopping_reads_the_test_split_and_give_the_clean_verdict():
+    entry = results.cached("chen_uci", "table1", "paper")
+    if entry.status != "current":
+        pytest.skip("no current paper-scale cache of chen_uci here")
+    claims = {claim.key: claim for claim in results._claims_of("chen_uci")}
+    for headline, clean in (("chen-uci-gmp-best", "chen-uci-gmp-best-clean"),
+                            ("chen-uci-naval-near-zero", "chen-uci-naval-near-zero-clean")):
+        caveat = claims[headline].caveat(entry.payload)
+        assert caveat.startswith("its learning-rate schedule and early stopping read the test split"), headline
+        assert caveat.endswith(f"gives {claims[clean].evaluate(entry.payload)[1]}"), headline

@@ -99,7 +99,7 @@ def test_the_memorisation_reading_follows_the_rule_against_linear_interpolation(
                                 "networks": {k: {"heldout_psnr": 21.0 + d} for k in ("script", "sin_rotated")}}
                                for s, d in ((2022, 0.1), (2023, -0.1))]
     text = experiment.generalisation_reading(payload)
-    assert text.startswith("Over 3 held-out masks (seeds 2021, 2022, 2023)") and "they memorise" in text
+    assert text.startswith("Over 3 held-out masks (seeds 2021, 2022, 2023)") and 'the rule\'s "not reproduced"' in text and "memorise" not in text
 
 
 def test_the_ablation_sentence_calls_the_full_batch_steps_untrained_only_below_the_bar():
@@ -569,3 +569,24 @@ def test_a_plateau_runs_tail_gain_is_the_rise_of_its_best_psnr_over_its_last_ten
     fit = EpochCurves(mse, mse, None, np.full(10, 1e-3), np.arange(10.0), 1, 1.0, None)
     runs = experiment.plateau_summary({"plateau-sin-0": fit.to_json()}, 0)
     assert runs["sin"]["best_train_psnr"] == pytest.approx(47.5) and runs["sin"]["tail_gain"] == pytest.approx(1.5)
+
+
+def test_fig5_under_the_authors_protocol_says_first_when_neither_frame_holds_more_axis_energy_than_the_image():
+    from gmp.experiments import sbsnn_author_figs as figs
+
+    [claim] = [c for c in figs.CLAIMS if c.key == "sbsnn-fig5-lines-author"]
+
+    def payload(nerf, rotated, target):
+        frames = {k: {"axis_energy_frame": v} for k, v in (("nerf", nerf), ("rotated", rotated), ("target", target))}
+        return {"fig5": {"frames": frames, "step": 20, "pixels_seen": 640, "side": 256}}
+
+    below = payload(0.3, 0.1, 0.46)
+    assert claim.evaluate(below)[1] == gmp.results.PARTLY
+    assert claim.caveat(below) == (
+        "neither encoder's early frame holds more of its energy on the axes than the target image itself "
+        "(axis-aligned 0.300 and rotated 0.100, against 0.460): no line artefacts beyond the image's own; the verdict "
+        "rests only on the axis-aligned frame's share exceeding the rotated one's")
+    assert claim.caveat(payload(0.5, 0.1, 0.46)) == "" and claim.caveat({}) == ""
+    entry = gmp.results.cached("sbsnn_author_figs", "figs", "paper")
+    if entry.status == "current":  # the committed run: neither frame above the image's own share
+        assert claim.caveat(entry.payload).startswith("neither encoder's early frame holds more")

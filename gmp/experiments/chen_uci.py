@@ -431,6 +431,15 @@ _EARLIER_DESIGN = ("the clean protocol (validation carved out of the training da
 _DESIGN_WHY = ("The change follows the book's principle (the official code's protocol and initialisation where the "
                "text is silent), but it was made after that run, and the earlier verdicts, had been seen.")
 
+def _test_split(check: Callable[..., tuple[str, str]]) -> Callable[[Mapping[str, Any]], str]:
+    """The caveat of a headline judged on the paper's protocol: its schedule and early stopping read the test split,
+    and the verdict of the same rule on the clean protocol's runs of the same payload."""
+    def caveat(payload: Mapping[str, Any]) -> str:
+        return (f"its learning-rate schedule and early stopping read the test split, as the paper's protocol does; the "
+                f"clean protocol (validation carved out of the training data) gives {check(payload, 'clean')[1]}")
+    return caveat
+
+
 CLAIMS = [
     Claim(key="chen-uci-gmp-best", paper="chen", source="paper", result="table1", text=_BEST_TEXT + ".",
           rule=_OFFICIAL + _BEST_RULE, check=_gmp_best_except_naval,
@@ -438,7 +447,8 @@ CLAIMS = [
           earlier_design=EarlierDesign(
               design=_EARLIER_DESIGN, commits="cb043d0", changed="2026-11-26 16:26 UTC", run="440d563", gave=PARTLY,
               check_run=_clean(_gmp_best_except_naval), kept_as="chen-uci-gmp-best-exact-conversion",
-              chapter="chen_uci_arms", why=_DESIGN_WHY)),
+              chapter="chen_uci_arms", why=_DESIGN_WHY),
+          caveat=_test_split(_gmp_best_except_naval)),
     Claim(key="chen-uci-naval-near-zero", paper="chen", source="paper", result="table1", text=_NAVAL_TEXT + ".",
           rule=_OFFICIAL + _NAVAL_RULE, check=_naval_near_zero, test=PowerTest("t", len(CONFIG["paper"]["seeds"])),
           earlier_design=EarlierDesign(
@@ -446,7 +456,8 @@ CLAIMS = [
               check_run=_clean(_naval_near_zero),
               why=_DESIGN_WHY + " No cache today holds GmP's Naval runs from the exact conversion (the arms leave Naval "
                                 "out), so this verdict can only be cited from the history; the clean-protocol check "
-                                "beside it keeps the other methods' runs of that design.")),
+                                "beside it keeps the other methods' runs of that design."),
+          caveat=_test_split(_naval_near_zero)),
     Claim(key="chen-uci-gmp-best-clean", paper="chen", source="check", result="table1",
           text=_BEST_TEXT + ", with validation data carved out of the training data (the test split only scores).",
           short="UCI: GmP best on every data set but Naval, clean protocol",

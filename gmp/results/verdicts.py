@@ -20,16 +20,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from gmp import rulehistory
+from gmp.results import rulestatus
+from gmp.results.rulestatus import (FIXED, MALFORMED, REFACTORED, REVISED, REWORDED, STATUSES, UNKNOWN,
+                                    WRITTEN_AFTER)
 from gmp.results import cache as _cache
 from gmp.results import claims as _claims
 from gmp.results.claims import NotYetRun
 from gmp.results import files as _files
 from gmp.results.claims import (CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPERS, SOURCES, STALE, Claim,
                                 rule_digest)
-
-MALFORMED = (KeyError, IndexError, TypeError, AttributeError)
-"""What a claim's rule raises on a payload that lacks what it reads or holds it in another form."""
-
 
 PROVISIONAL = "provisional"
 """How the ledger marks a verdict judged on an unfinished run, which the units still to come may change, or one
@@ -38,17 +37,6 @@ UNFINISHED_REASON = "judged on an unfinished run; the units still to come may ch
 """Why a verdict judged on an unfinished run is provisional."""
 TALLY_REASON = "judged on an unfinished run, or on too few seeds for its margin (each claim says which)"
 """What a provisional count in the tallies stands for."""
-
-FIXED = "rule fixed before the run"
-"""The rule's hash recorded with the paper-scale run matches today's rule's."""
-REVISED = "rule revised after the run"
-"""The rule's hash recorded with the run differs from today's, the run recorded none for the claim (written
-after it), or the claim's rule was replaced after the run (:attr:`gmp.results.Claim.earlier`)."""
-UNKNOWN = "rule before the run: unknown"
-"""The run recorded no rule hashes (it predates them) and no replaced rule is known."""
-REFACTORED = "rule refactored since the run (same verdict)"
-"""The rule's hash recorded with the run differs from today's, but the rule as it was at the run's commit,
-read from git (:func:`gmp.rulehistory.judge_at`), gives the same verdict on the run's results."""
 
 GROUPS: dict[str, tuple[str, str]] = {
     "paper": ("The papers' claims",
@@ -83,8 +71,8 @@ class Judgement:
     why_provisional: str = ""
     """Why the verdict is provisional."""
     rule_status: str = ""
-    """One of :data:`FIXED`, :data:`REFACTORED`, :data:`REVISED` and :data:`UNKNOWN`, or empty where no run was
-    judged."""
+    """One of :data:`STATUSES` (what the history of the caches and of the rules shows, :func:`gmp.results.rulestatus.status`), or
+    empty where no run was judged."""
     rule_note: str = ""
     """The sentence on :attr:`rule_status`."""
     earlier: tuple[str, str] | None = None
@@ -142,37 +130,12 @@ def _rule_status(claim: Claim, provenance: Mapping[str, Any], refactored: bool =
                          f"and a run records the rules only when it is assembled: whether the rule was fixed "
                          f"before those units is unknown."), False
     if rules is not None and claim.key in rules:
-        if first := _first_run_without(claim, provenance):
-            return UNKNOWN, (f"The hash of the rule recorded with this run ({date}) matches today's rule, but an "
-                             f"earlier paper-scale run of this experiment ({first}) recorded no rule of this claim: "
-                             f"the rule was fixed before this rerun; whether it was written before that run's "
-                             f"results were seen is unknown."), False
         return FIXED, "The hash of the rule recorded with the run matches today's rule.", False
     if rules is not None:
-        return REVISED, "The run recorded no rule of this claim: the claim or its rule was written after the run.", False
+        return WRITTEN_AFTER, ("The run recorded no rule of this claim: the claim or its rule was written after the "
+                               "run."), False
     return UNKNOWN, (f"Unknown whether the rule was fixed before the run ({date}): the run recorded no rule "
                      f"hashes (it predates them), and no replaced rule is known."), False
-
-
-def _first_run_without(claim: Claim, provenance: Mapping[str, Any]) -> str:
-    """The earliest committed paper-scale run of ``claim``'s chapter before ``provenance``'s that recorded no rule
-    of the claim (no rule hashes at all, or none for its key), as ``"<date>, commit <c>"``, from the history of the
-    cache's ``provenance.json`` (:func:`gmp.rulehistory.earlier_runs`); "" where there is none or git cannot
-    tell. A rule recorded with a rerun was fixed before the rerun, not necessarily before that run's results."""
-    root = _files.repository_root()
-    chapter = provenance.get("chapter")
-    if root is None or not isinstance(chapter, str):
-        return ""
-    date = str(provenance.get("date", "?"))
-    path = f"book/_results/{chapter}/paper/provenance.json"
-    found = ""
-    for commit, then, rules in rulehistory.earlier_runs(str(root), path):
-        if then >= date:
-            continue
-        recorded = dict(rules) if rules is not None else None
-        if recorded is None or claim.key not in recorded:  # another hash may be a refactor: Claim.earlier says more
-            found = f"{then}, commit {commit[:10]}"
-    return found
 
 
 def _earlier_gave(claim: Claim) -> str:
@@ -265,7 +228,11 @@ def judge(chapter: str, claim: Claim) -> Judgement:
     if verdict == NOT_RUN:  # the cache predates the claim's units: no run of them to state a rule status for
         return Judgement(claim, measured, NOT_RUN)
     recorded = ((entry.provenance or {}).get("code") or {}).get("rules") or {}
-    if status == REVISED and recorded.get(claim.key, rule_digest(claim)) != rule_digest(claim) \
+    found = (rulestatus.status(chapter, claim, entry.provenance or {}, entry.payload, verdict)
+             if claim.earlier is None and verdict in KIND_VERDICTS[claim.kind] else None)
+    if found is not None:  # what the history of the caches and of the rule shows
+        status, note, old = found
+    elif status == REVISED and recorded.get(claim.key, rule_digest(claim)) != rule_digest(claim) \
             and verdict in KIND_VERDICTS[claim.kind]:
         status, note, old = _judged_at_run(chapter, claim, entry.provenance, entry.payload, recorded[claim.key], verdict)
         if status == REFACTORED:  # the rule decides as at the run: what else is known of it still holds
@@ -407,15 +374,56 @@ DESIGN_CHANGED = "headline design changed after a run of it was seen"
 (:attr:`gmp.results.Claim.earlier_design`)."""
 
 
-def _design_verdicts_html(judgement: Judgement) -> str:
-    """The earlier design's verdicts in short: today's rule on its runs kept in a cache (computed), and at the run
-    of it that was seen (cited)."""
+_RANK = {_claims.NOT_REPRODUCED: 0, _claims.PARTLY: 1, _claims.REPRODUCED: 2}
+"""The findings' verdicts that say how far a claim holds, from the least."""
+
+
+def design_direction(judgement: Judgement) -> str:
+    """Which way the change of headline design moved the verdict: from the earlier design's verdict at the run of it
+    that was seen to today's, as ``"raised the verdict"``, ``"lowered the verdict"``, ``"left the verdict as it was"``
+    or ``"changed the verdict"`` (between verdicts that are not ranked, such as inconclusive)."""
+    before, after = judgement.claim.earlier_design.gave, judgement.verdict
+    if before == after:
+        return "left the verdict as it was"
+    if before in _RANK and after in _RANK:
+        return "raised the verdict" if _RANK[after] > _RANK[before] else "lowered the verdict"
+    return "changed the verdict"
+
+
+def _design_line_html(judgement: Judgement) -> str:
+    """The change of headline design in one line: what the earlier design was, its verdict at the run seen, today's,
+    and which way the change moved it."""
     design = judgement.claim.earlier_design
+    return (f"{DESIGN_CHANGED} on {html.escape(design.changed[:10])}, which {design_direction(judgement)}: the earlier "
+            f"design ({html.escape(design.design)}) gave {_verdict_html(design.gave)}, today's gives "
+            f"{_verdict_html(judgement.verdict)}"
+            + ("" if judgement.design is None else
+               f"; its runs kept as a check give {_verdict_html(judgement.design[1])}"))
+
+
+def design_change(chapter: str) -> str:
+    """In words, for the page where ``chapter``'s set-up is described: each headline design of the chapter replaced
+    after a run of it was seen, when and why, the verdicts of its headlines at that run (cited from the history) and on
+    its runs kept as a check (computed), today's, and which way the change moved each; "" where none was replaced."""
+    groups: dict[tuple[str, str], list[Judgement]] = {}
+    for judgement in judged(chapter):
+        design = judgement.claim.earlier_design
+        if design is not None:
+            groups.setdefault((design.design, design.changed), []).append(judgement)
     parts = []
-    if judgement.design is not None:
-        parts.append(f"its runs kept as a check give {_verdict_html(judgement.design[1])}")
-    parts.append(f"the run seen (commit {html.escape(design.run)}) gave {_verdict_html(design.gave)}")
-    return "; ".join(parts)
+    for group in groups.values():
+        design = group[0].claim.earlier_design
+        named = " and ".join(f'"{short_text(j.claim)}"' for j in group)
+        verdicts = []
+        for j in group:
+            kept = "" if j.design is None else f", {j.design[1]} on its runs kept as the check {j.claim.earlier_design.kept_as}"
+            now = (f"{j.verdict} today: the change {design_direction(j)}" if j.verdict in KIND_VERDICTS[j.claim.kind]
+                   else f"no verdict today in this copy ({j.verdict})")
+            verdicts.append(f'"{short_text(j.claim)}": {j.claim.earlier_design.gave} at that run{kept}; {now}')
+        parts.append(f"Until {design.changed} ({design.commits}) the headline{'s' * (len(group) > 1)} {named} "
+                     f"{'were' if len(group) > 1 else 'was'} judged on {design.design}. The run of that design that "
+                     f"was seen is the cache of commit {design.run}: {'; '.join(verdicts)}. {design.why}")
+    return " ".join(parts)
 
 
 def design_sentence(judgement: Judgement) -> str:
@@ -430,7 +438,8 @@ def design_sentence(judgement: Judgement) -> str:
             f"headline was {html.escape(design.design)}. The run of it seen before the change (the cache of commit "
             f"{html.escape(design.run)}) gave {_verdict_html(design.gave)} by today's rule (cited from the history; "
             f"tests/test_ledger.py recomputes it where the history is at hand).{kept} {html.escape(design.why)} "
-            f"Today's verdict is the current design's: {_verdict_html(judgement.verdict)}.")
+            f"Today's verdict is the current design's: {_verdict_html(judgement.verdict)}; the change "
+            f"{design_direction(judgement)}.")
 
 
 def _judgement_html(judgement: Judgement) -> str:
@@ -446,8 +455,7 @@ def _judgement_html(judgement: Judgement) -> str:
         out += (f'<br><small class="gmp-rule-earlier">{html.escape(judgement.earlier_label)}: '
                 f'{_verdict_html(judgement.earlier[1])}{gave}</small>')
     if judgement.claim.earlier_design is not None:
-        out += (f'<br><small class="gmp-design-earlier">{DESIGN_CHANGED}; the earlier design: '
-                f'{_design_verdicts_html(judgement)}</small>')
+        out += f'<br><small class="gmp-design-earlier">{_design_line_html(judgement)}</small>'
     return out
 
 
@@ -683,13 +691,12 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
                                                 f'{html.escape(j.earlier_label)}: {_verdict_html(j.earlier[1])}{gave})'
                                                 f'</small>')
         if j.claim.earlier_design is not None:
-            earlier += f'<small> ({DESIGN_CHANGED}; the earlier design: {_design_verdicts_html(j)})</small>'
-        if j.caveat:
-            earlier += f'<small class="gmp-caveat"> ({html.escape(j.caveat)})</small>'
+            earlier += f'<small> ({_design_line_html(j)})</small>'
+        caveat = f'<small class="gmp-caveat"> ({html.escape(j.caveat)})</small>' if j.caveat else ""
         items.append(f'<li data-verdict="{_slug(j.verdict)}"><span class="gmp-verdict-cell">'
                      f'{_verdict_html(j.verdict, j.provisional, j.why_provisional)}</span>'
                      f'<span><a href="{ledger_href}#{claim_anchor(j.claim.key)}">{html.escape(short_text(j.claim))}</a>'
-                     f'{labels.get(j.claim.source, "")}{about.get(j.claim.key, "")}{earlier}{number}</span></li>')
+                     f'{caveat}{labels.get(j.claim.source, "")}{about.get(j.claim.key, "")}{earlier}{number}</span></li>')
     return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">Verdicts of this chapter '
                 f'(paper scale)</p><ul class="gmp-verdict-list">{"".join(items)}</ul>'
                 '<p class="gmp-verdict-links">Each verdict follows the claim\'s stated rule from the cached '

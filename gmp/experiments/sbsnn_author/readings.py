@@ -107,9 +107,9 @@ def generalisation_reading(payload: Mapping[str, Any] | None) -> str:
     parts = ", ".join(f"{HELDOUT_NETS[k][2]} {mean:+.1f} dB (95% interval {low:+.1f} to {high:+.1f})"
                       for k, (mean, low, high) in intervals.items())
     if all(high < 0 for _, _, high in intervals.values()):
-        verdict = "every network lies below linear interpolation beyond noise: by the rule, they memorise"
+        verdict = "every network lies below linear interpolation beyond noise (the rule's \"not reproduced\")"
     elif all(low > 0 for _, low, _ in intervals.values()):
-        verdict = "every network lies above linear interpolation beyond noise: by the rule, they represent the image"
+        verdict = "every network lies above linear interpolation beyond noise (the rule's \"reproduced\")"
     else:
         verdict = "the intervals do not put every network on one side of linear interpolation"
     return (f"Over {len(masks)} held-out masks (seeds {seeds}), held-out PSNR minus linear interpolation's: "
