@@ -580,9 +580,12 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
                          f"that code: nothing to vouch for")
     passed, ran = _run_tests(tests, root, path)
     rewritten = _rewritten(then, path.read_bytes())
+    imported = ran.pop(IMPORTED, [])
     evidence_tests = sorted(test for test, lines in ran.items()
                             if any(first <= line <= end for line in lines for _, first, end in rewritten)
                             or (not rewritten and lines))
+    if not evidence_tests and not rewritten and imported and not _definitions(path.read_bytes())[0]:
+        evidence_tests = sorted(tests)  # a module of module-level code alone (imports, constants): run by importing it
     what = (f"the rewritten {'function' if len(rewritten) == 1 else 'functions'} "
             f"{', '.join(name for name, _, _ in rewritten)} of gmp/{module}" if rewritten else
             f"a function of gmp/{module} (the rewrite changed no function, only module-level code)")
@@ -705,15 +708,22 @@ _TRACED_PYTEST = """
 import inspect, json, os, sys, threading
 import pytest
 target, out, current, hits, seen = os.path.realpath(sys.argv[1]), sys.argv[2], [None], {}, {}
+IMPORTED = sys.argv[3]
 def line(frame, event, arg):
     if event == "line" and current[0] is not None:
         hits.setdefault(current[0], set()).add(frame.f_lineno)
     return line
+def module(frame, event, arg):
+    if event == "line":
+        hits.setdefault(IMPORTED, set()).add(frame.f_lineno)
+    return module
 def call(frame, event, arg):
     name = frame.f_code.co_filename
     if name not in seen:
         seen[name] = os.path.realpath(name) == target
-    return line if seen[name] and frame.f_code.co_flags & inspect.CO_OPTIMIZED else None
+    if not seen[name]:
+        return None
+    return line if frame.f_code.co_flags & inspect.CO_OPTIMIZED else module
 class Trace:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
@@ -722,13 +732,17 @@ class Trace:
         current[0] = None
 threading.settrace(call)
 sys.settrace(call)
-code = pytest.main(sys.argv[3:], plugins=[Trace()])
+code = pytest.main(sys.argv[4:], plugins=[Trace()])
 sys.settrace(None)
 with open(out, "w") as handle:
     json.dump({test: sorted(lines) for test, lines in hits.items()}, handle)
 sys.exit(code)
 """
-"""``python -c`` of pytest that records, per test, the lines of one module's functions it ran (:func:`_run_tests`)."""
+"""``python -c`` of pytest that records, per test, the lines of one module's functions it ran, and under
+:data:`IMPORTED` the lines of its module-level code the process ran (:func:`_run_tests`)."""
+
+IMPORTED = "(module-level code, imported)"
+"""The key under which :data:`_TRACED_PYTEST` records the module-level lines of the module that ran (on import)."""
 
 
 def _rewritten(before: bytes, after: bytes) -> list[tuple[str, int, int]]:
@@ -744,7 +758,7 @@ def _run_tests(tests: list[str], root: Path, module: Path) -> tuple[int, dict[st
     :class:`SameFunctionRefused` naming the failure unless every one collected passed and at least one was."""
     with tempfile.TemporaryDirectory() as scratch:
         report, traced = Path(scratch) / "report.xml", Path(scratch) / "lines.json"
-        done = subprocess.run([sys.executable, "-c", _TRACED_PYTEST, str(module), str(traced), "-q", "-p",
+        done = subprocess.run([sys.executable, "-c", _TRACED_PYTEST, str(module), str(traced), IMPORTED, "-q", "-p",
                                "no:cacheprovider", f"--junitxml={report}", f"--deselect={RECORDS_CHECK}", *tests],
                               cwd=root, capture_output=True, text=True)
         ran = json.loads(traced.read_text()) if traced.is_file() else {}

@@ -995,3 +995,18 @@ def test_same_function_takes_as_evidence_only_a_test_that_runs_the_rewritten_cod
     [record] = results.read_same_function(package / "same_function.json")
     assert ("the 2 tests of tests/test_toy.py::test_unrelated, tests/test_toy.py::test_same passed, and 1 of them ran "
             "the rewritten functions f, unused of gmp/a.py (tests/test_toy.py::test_same)") in record.why
+
+
+def test_same_function_takes_the_import_as_evidence_for_a_module_of_module_level_code_alone(vouching, capsys):
+    """A module with no function (a package's ``__init__.py``: imports, ``__all__``) whose module-level code changed
+    is run by importing it: a passing test that imports it is evidence; one that never does is not."""
+    repo, package, ran = vouching
+    (package / "__init__.py").write_text("from gmp import a\n\n__all__ = ['a']\n")
+    assert runs.main(["--same-function", "__init__.py", "--why", "the package exports a", "--tests",
+                      "tests/test_toy.py::test_unrelated"]) == 1
+    assert "a function of gmp/__init__.py (the rewrite changed no function, only module-level code)" in \
+        capsys.readouterr().err
+    assert runs.main(["--same-function", "__init__.py", "--why", "the package exports a", "--tests",
+                      "tests/test_toy.py::test_same"]) == 0
+    [record] = results.read_same_function(package / "same_function.json")
+    assert record.module == "__init__.py" and record.before == ran["__init__.py"]
