@@ -69,7 +69,7 @@ def draw(counts: Mapping[str, Mapping[str, int]], path: Path) -> None:
 
     papers = list(counts)
     used = [c for c in ORDER if any(counts[p][c] for p in papers)]
-    fig, ax = style.subplots(figsize=(8, 0.62 * len(papers) + 1.0), dpi=100)
+    fig, ax = style.subplots(figsize=(8, 0.45 * len(papers) + 0.8), dpi=100)
     for row, paper in enumerate(papers):
         left = 0
         for category in used:
