@@ -127,3 +127,13 @@ def test_every_link_of_the_readme_resolves():
         if not (ROOT / target).is_file():
             problems.append(f"{link}: no file {target} in the repository")
     assert not problems, "\n".join(problems)
+
+
+def test_the_readmes_three_lines_of_gmp_run():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert len(blocks) == 1 and len(blocks[0].strip().splitlines()) == 3
+    names: dict = {}
+    exec(blocks[0], names)
+    assert type(names["layer"]).__name__ == "GmPLinear"
+    torch = names["torch"]
+    assert names["model"](torch.randn(3, 10)).shape == (3, 100)
