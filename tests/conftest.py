@@ -22,6 +22,16 @@ def chapters() -> list[Path]:
     return sorted(ROOT.glob("book/part*/*.md"))
 
 
+def running_pages() -> list[Path]:
+    """The pages of the part "Running and trusting the book": every MyST page under book/running/."""
+    return sorted(ROOT.glob("book/running/*.md"))
+
+
+def running_notebooks() -> list[Path]:
+    """The pages of :func:`running_pages` that have code cells: executed by the build, paired with an .ipynb."""
+    return [page for page in running_pages() if "```{code-cell}" in page.read_text()]
+
+
 def pytest_report_header(config):
     return f"GMP_DATA={os.environ.get('GMP_DATA', '(unset: ~/.cache/gmp)')}"
 

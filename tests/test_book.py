@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE_BOOK, chapters
+from conftest import ROOT, SMOKE_BOOK, chapters, running_notebooks, running_pages
 
 HTML = SMOKE_BOOK / "_build" / "html"
 
@@ -63,7 +63,7 @@ def test_figures_and_their_references_carry_the_papers_numbers_not_running_ones(
 def test_colab_button_opens_the_chapter_notebook_on_main(built_book):
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     repo = url.removeprefix("https://github.com/")
-    for page in chapters() + [ROOT / "book" / "claims.md"]:
+    for page in chapters() + [ROOT / "book" / "claims.md"] + running_notebooks():
         rel = page.relative_to(ROOT).with_suffix("")
         text = (built_book / f"{rel}.html").read_text()
         link = f"https://colab.research.google.com/github/{repo}/blob/main/{rel}.ipynb"
@@ -78,7 +78,8 @@ def test_mathjax_is_served_by_the_book(built_book):
     assert "cdn.jsdelivr" not in text
 
 
-# What a reader sees, in headless Chromium, on every chapter page, the ledger and the front page.
+# What a reader sees, in headless Chromium, on every chapter page, the ledger, the front page and the pages of
+# "Running and trusting the book".
 WIDE, PHONE = 1300, 390
 """Window widths (CSS px) of the browser checks: a laptop screen and a phone."""
 WIDTH_TOLERANCE_PX = 4
@@ -88,7 +89,7 @@ SCREENSHOTS = SMOKE_BOOK / "screenshots"
 SHOWN = ["book/part1/chen_levy", "book/part2/lu_synthetic", "book/part3/sbsnn_fitting", "book/claims"]
 """The pages screenshotted at WIDE px (top of the page; a chapter's verdict box and first figure,
 the ledger's claim rows): one chapter per part, and the claims ledger."""
-READER_PAGES = ([ROOT / "book" / "intro.md"] + chapters() + [ROOT / "book" / "claims.md"])
+READER_PAGES = ([ROOT / "book" / "intro.md"] + chapters() + [ROOT / "book" / "claims.md"] + running_pages())
 
 
 def _chromium() -> str | None:

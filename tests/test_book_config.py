@@ -11,7 +11,7 @@ import jupytext
 import pytest
 import yaml
 
-from conftest import ROOT, chapters
+from conftest import ROOT, chapters, running_notebooks
 
 LABEL = re.compile(r"^\s*name:\s*((?:chen|lu|sbsnn)-(?:fig|table)-[0-9a-z-]+)\s*$", re.M)
 ANY_PAPER_LABEL = re.compile(r"name:\s*([a-z]+-(?:fig|table)-\S+)")
@@ -35,7 +35,7 @@ def test_repository_url_is_set_once_and_used_everywhere():
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["urls"]["Homepage"] == url
-    pages = chapters() + [ROOT / "book" / "claims.md"]
+    pages = chapters() + [ROOT / "book" / "claims.md"] + running_notebooks()
     for page in pages:
         text = page.read_text()
         clones = re.findall(r"!git clone -q --depth 1 (\S+) gmp-book\n", text)
@@ -96,7 +96,7 @@ def test_the_reliability_page_names_only_tests_that_exist():
 
 
 def _notebook_pages():
-    return chapters() + [ROOT / "book" / "claims.md"]
+    return chapters() + [ROOT / "book" / "claims.md"] + running_notebooks()
 
 
 @pytest.mark.parametrize("page", _notebook_pages(), ids=lambda p: p.stem)
