@@ -137,3 +137,21 @@ def test_the_readmes_three_lines_of_gmp_run():
     assert type(names["layer"]).__name__ == "GmPLinear"
     torch = names["torch"]
     assert names["model"](torch.randn(3, 10)).shape == (3, 100)
+
+
+def test_the_readmes_lease_numbers_are_the_kept_leases():
+    """The README's sentence on Table 2's GPU lease quotes the last kept lease's measurement as
+    gmp.experiments.lu_real.lease_measurements reads it, rounded as printed."""
+    from gmp.experiments.lu_real import lease_measurements
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    last = lease_measurements()[-1]
+    probes = {p["networks"]: p for p in last["probes"]}
+    floor, twelve = last["floor_ms_per_network_step"], probes[12]
+    found = re.search(r"floor of ([\d.]+) ms per network on an H200; the lease of (\S+) measured ([\d.]+) ms per step "
+                      r"for 12 networks \(([\d.]+) times their floor\), ([\d.]+) min for", text)
+    assert found, "the README's lease sentence changed: update this test with it"
+    assert found.groups() == (f"{floor:.2f}", last["date"][:10], f"{twelve['ms_per_step']:.1f}",
+                              f"{twelve['ms_per_step'] / (12 * floor):.1f}", f"{twelve['group_minutes']:.1f}")
+    fits = max(n for n, p in probes.items() if p["group_minutes"] <= 15 - 2.5)
+    assert f"({fits} by the last lease's)" in text
