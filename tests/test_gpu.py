@@ -426,6 +426,14 @@ def test_the_gpu_command_refuses_a_deadline_it_cannot_keep(tmp_path, capsys, sec
     assert not list(tmp_path.iterdir())
 
 
+def test_the_lease_refuses_a_deadline_within_the_time_it_keeps_to_write(tmp_path, capsys):
+    """My probe of the lease form: ``--seconds 5`` probed, then said "-0.5 min left" and exited 0."""
+    with pytest.raises(SystemExit) as exit:
+        gpu.command.main(["lease", str(tmp_path), "--device", "cpu", "--scale", "smoke", "--seconds", "5"])
+    assert exit.value.code == 2 and "--seconds must be more than 30, got '5'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("option, value, message", [("--device", "tpu", "'tpu' is no device torch knows"),
                                                    ("--networks", "0", "an integer >= 1, got '0'")])
 def test_the_gpu_command_refuses_a_device_or_a_group_size_it_cannot_use(tmp_path, capsys, option, value, message):

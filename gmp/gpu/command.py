@@ -45,6 +45,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _lease_seconds(text: str) -> float:
+    """The lease form's deadline: more than the 30 s it keeps at the end to write its journal and summary."""
+    value = _seconds(text)
+    if value <= 30:
+        raise argparse.ArgumentTypeError(f"the lease keeps its last 30 s to write what it did, so --seconds must be "
+                                         f"more than 30, got {text!r}: nothing could run")
+    return value
+
+
 def _seconds_or_none(text: str) -> float:
     """A number of seconds >= 0, finite."""
     try:
@@ -91,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu lease", description=lease.__doc__.split("\n")[0])
         parser.add_argument("out", type=Path, help="the folder whose contents come back (e.g. $OUT)")
-        parser.add_argument("--seconds", type=_seconds, default=570, help="this command's deadline (default 570)")
+        parser.add_argument("--seconds", type=_lease_seconds, default=570,
+                            help="this command's deadline (default 570; more than the 30 s it keeps to write)")
         parser.add_argument("--lease-seconds", type=_seconds, default=None,
                             help="device time the lease has left as this command starts (default: --seconds); a "
                                  "group that needs more than this command saves its state for the next")
