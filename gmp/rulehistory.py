@@ -97,7 +97,7 @@ class Run:
     commit: str
     """The commit that holds this version of the cache (where its payload is read from)."""
     run_commit: str
-    """The commit the run was made at, as its provenance records it (``+dirty``: with uncommitted changes), or ""."""
+    """The commit the run was made at, as its provenance records it (``+dirty`` marks uncommitted changes), or ""."""
     date: str
     rules: tuple[tuple[str, str], ...] | None
     """The rule digests the run recorded, or None where it recorded none (it predates them)."""
