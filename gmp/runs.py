@@ -39,7 +39,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ from gmp import verification
 from gmp.progress import PROGRESS_ENV
 from gmp.provenance import UNITS_FILE, describe_device, git_commit, units_of
 from gmp.provenance import device_name, precision  # noqa: F401 (lu_real imports them as gmp.runs.<name>)
+from gmp.runlock import remove_if_empty as _remove_if_empty, run_lock
 
 
 def chapter_notebook(chapter: str, root: Path) -> Path:
@@ -152,51 +152,6 @@ def _announce_resume(chapter: str, journal: Path, code: dict) -> None:
         print(f"gmp.runs: NOTE: resuming {code['code_not_recorded_units']} units of {chapter} journalled with no "
               f"code fingerprint, so whether gmp has changed since is unknown. Delete {journal} to recompute them.",
               file=sys.stderr)
-
-
-@contextlib.contextmanager
-def run_lock(journal: Path) -> Iterator[None]:
-    """Hold the lock of a run of one chapter at one config (its ``journal``) for the whole run, or refuse.
-
-    Two runs that share a journal would each resume, cache and then delete the other's units, so
-    the second to start is refused with a ValueError (on systems without POSIX locks, nothing
-    stops them). The lock is a file in the run's scratch folder beside the journal; at the end
-    it is removed, and so are that folder and ``_partial`` when nothing else is left in them.
-    """
-    scratch = journal.with_suffix("")
-    if _results.fcntl is None:
-        try:
-            yield
-        finally:
-            _remove_if_empty(scratch, scratch.parent)
-        return
-    lock = scratch / "run.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a+") as held:
-        try:
-            _results.fcntl.flock(held, _results.fcntl.LOCK_EX | _results.fcntl.LOCK_NB)
-        except BlockingIOError:
-            held.seek(0)
-            who = held.read().strip() or "another process"
-            raise ValueError(f"another gmp.runs of this chapter with the same config is running ({who}; it holds "
-                             f"{lock}): two runs would share one journal and one cache, so this one does not "
-                             f"start. Wait for it to finish, or stop it, then rerun") from None
-        held.truncate(0)
-        held.write(f"pid {os.getpid()} on {platform.node()}, since "
-                   f"{_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
-        held.flush()
-        try:
-            yield
-        finally:
-            lock.unlink(missing_ok=True)  # still held: a run that opens it now gets a new file, after this one
-            _remove_if_empty(scratch, scratch.parent)
-
-
-def _remove_if_empty(*folders: Path) -> None:
-    """Remove each of ``folders`` (the units' scratch folder, then ``_partial``) that is empty, in turn."""
-    for folder in folders:
-        with contextlib.suppress(OSError):
-            folder.rmdir()
 
 
 def worker_devices(device: str, jobs: int, gpus: int) -> list[str]:

@@ -49,6 +49,7 @@ from gmp import config as _config
 from gmp import results as _results
 from gmp.provenance import UNITS_FILE, describe_device, git_commit, units_of
 from gmp.results import fingerprint as _fingerprint
+from gmp.runlock import run_lock
 
 
 TIMING_KEYS = ("seconds",)
@@ -425,12 +426,10 @@ def restamp(chapter: str, scale: str = "paper", sample: int | None = None, sampl
     changed module-level code, or recorded code that git cannot give back raises :class:`RestampRefused` naming
     it, and nothing is written.
 
-    It holds the lock of the chapter's run at this config (:func:`gmp.runs.run_lock`) throughout, or is refused
+    It holds the lock of the chapter's run at this config (:func:`gmp.runlock.run_lock`) throughout, or is refused
     naming the run that holds it: a re-stamp beside a run would write the old run's provenance into the folder
     the run just replaced.
     """
-    from gmp.runs import run_lock
-
     journal = _results.journal_path(chapter, scale, _config.load(chapter, scale).digest)
     with run_lock(journal) if journal is not None else contextlib.nullcontext():
         return _restamp(chapter, scale, sample, sample_seed, device, root)

@@ -130,14 +130,14 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
     of their device raise a ValueError and nothing is merged, and so do a path that is no folder ``python -m
     gmp.gpu`` wrote, a journal or checkpoint where merge does not read it (``<scale>-<digest>.old.jsonl``, a
     checkpoint a folder deeper) and a journal that a run of the chapter is writing (its lock,
-    :func:`gmp.runs.run_lock`, held by the run's pid: merge after it ends). What ``summary.json`` says did not
+    :func:`gmp.runlock.run_lock`, held by the run's pid: merge after it ends). What ``summary.json`` says did not
     come back is warned of. Returns the journal keys added."""
     from gmp import results
 
     root = results_root if results_root is not None else results.results_root()
     if root is None:
         raise ValueError("no results folder: run from a clone of the book's repository or set GMP_RESULTS")
-    from gmp.runs import run_lock
+    from gmp.runlock import run_lock
 
     _check_returned(out)
     journals = sorted({root / path.parents[1].name / "_partial" / f"{path.name.partition('.')[0]}.jsonl"
@@ -156,7 +156,7 @@ def merge(out: Path, results_root: Path | None = None) -> list[str]:
 
 
 def _merge_locked(out: Path, root: Path) -> list[str]:
-    """:func:`merge` once it holds the lock of every journal it may write (:func:`gmp.runs.run_lock`)."""
+    """:func:`merge` once it holds the lock of every journal it may write (:func:`gmp.runlock.run_lock`)."""
     from gmp import results
 
     appends: list[tuple[Path, list[dict[str, Any]]]] = []  # (journal in root, entries to add)
