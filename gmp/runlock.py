@@ -1,7 +1,7 @@
 """The lock of one chapter's run at one config (its journal): one writer of a journal and its cache at a time.
 
 Held by a run of :mod:`gmp.runs` for its whole length, and by what else writes the same results (a re-stamp,
-:func:`gmp.verification.restamp`; a merge of a GPU lease, :func:`gmp.gpu.merge`), so that none of them writes
+:func:`gmp.verification.restamp`; a merge of a GPU lease, :func:`gmp.gpu.returned.merge`), so that none of them writes
 beside another.
 """
 

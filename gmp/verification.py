@@ -741,7 +741,7 @@ sys.exit(code)
 :data:`IMPORTED` the lines of its module-level code the process ran (:func:`_run_tests`)."""
 
 IMPORTED = "(module-level code, imported)"
-"""The key under which :data:`_TRACED_PYTEST` records the module-level lines of the module that ran (on import)."""
+"""The key under which ``_TRACED_PYTEST`` records the module-level lines of the module that ran (on import)."""
 
 
 def _rewritten(before: bytes, after: bytes) -> list[tuple[str, int, int]]:

@@ -269,7 +269,7 @@ class StackedDeepMLP(nn.Module):
     def update_in_backward(self, buffers: Sequence[torch.Tensor], lr: float, momentum: float) -> SGDInBackward:
         """From now on each backward pass updates the square layers' ``V`` by SGD with momentum
         (learning rate ``lr``, ``buffers`` their momentum buffers) instead of giving their
-        gradients (:class:`_SquareLayer`): ``torch.optim.SGD``'s numbers to rounding, no ``n x n``
+        gradients (``_SquareLayer``): ``torch.optim.SGD``'s numbers to rounding, no ``n x n``
         gradient stored. Returns the state, whose ``norms_sq`` and ``tangential_share`` give the
         squared gradient norms of the last backward pass and how much of ``A^T X`` they keep.
         """

@@ -1,5 +1,5 @@
 """The element-wise work of a stacked square layer (:mod:`gmp.models.stacked`) in three operators,
-each one kernel on CUDA (Triton, :mod:`gmp.models._stacked_triton`, which registers them for CUDA
+each one kernel on CUDA (Triton, ``gmp.models._stacked_triton``, which registers them for CUDA
 when imported) and the torch reference below elsewhere.
 
 For ``N`` networks, a batch of ``B`` and width ``n``, with ``u = x V^T`` ``(N, B, n)`` and ``s``

@@ -71,7 +71,7 @@ class Judgement:
     why_provisional: str = ""
     """Why the verdict is provisional."""
     rule_status: str = ""
-    """One of :data:`STATUSES` (what the history of the caches and of the rules shows, :func:`gmp.results.rulestatus.status`), or
+    """One of ``gmp.results.rulestatus.STATUSES`` (what the history of the caches and of the rules shows, ``gmp.results.rulestatus.status``), or
     empty where no run was judged."""
     rule_note: str = ""
     """The sentence on :attr:`rule_status`."""
