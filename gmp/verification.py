@@ -609,8 +609,8 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
     evidence = (f"vouched on {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by python -m "
                 f"gmp.runs --same-function at commit {commit[:12]}"
                 f"{' with uncommitted changes' if commit.endswith('+dirty') else ''}, against the module at "
-                f"{since[:12]}: the {passed} tests of {', '.join(tests)} passed, and {len(evidence_tests)} of them ran "
-                f"{what} ({', '.join(evidence_tests)})")
+                f"{since[:12]}: the {passed} tests of {test_names(tests)} passed, and {len(evidence_tests)} of them ran "
+                f"{what} ({test_names(evidence_tests)})")
     written = []
     for number, record in enumerate(records):
         if record in renewing:
@@ -624,6 +624,17 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
     _results.atomic_write_bytes(_fingerprint.SAME_FUNCTION_FILE, text.encode("utf-8"))
     lapsing = [r for r in records if r.module != module and r.after.get(module) not in (None, today[module])]
     return {"written": written, "since": since, "passed": passed, "lapsing": lapsing}
+
+
+def test_names(node_ids: Iterable[str]) -> str:
+    """The tests of ``node_ids`` for a record a reader sees: a parametrized test once, with its number of cases, since
+    its parameter ids are any text (a shell command's ``$$``, say) that a page would render as markup."""
+    cases: dict[str, int] = {}
+    for node in node_ids:
+        name, bracket, _ = node.partition("[")
+        cases[name] = cases.get(name, 0) + bool(bracket)
+    return ", ".join(name if count == 0 else f"{name} ({count} case{'s' if count > 1 else ''})"
+                     for name, count in cases.items())
 
 
 def _git(root: Path, *args: str, what: str) -> bytes:

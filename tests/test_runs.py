@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -995,6 +996,16 @@ def test_same_function_takes_as_evidence_only_a_test_that_runs_the_rewritten_cod
     [record] = results.read_same_function(package / "same_function.json")
     assert ("the 2 tests of tests/test_toy.py::test_unrelated, tests/test_toy.py::test_same passed, and 1 of them ran "
             "the rewritten functions f, unused of gmp/a.py (tests/test_toy.py::test_same)") in record.why
+
+
+def test_a_record_names_a_parametrized_test_once_with_its_cases_not_its_parameter_ids():
+    """A record's tests are shown on every page whose cache it vouches for: a parameter id is any text (a shell
+    command's ``kill -9 $$`` was one), which the page rendered as TeX delimiters, so a record names a parametrized
+    test once with its number of cases."""
+    assert verification.test_names(["t.py::a[kill -9 $$]", "t.py::a[exit 1]", "t.py::b", "t.py::c[0]", "t.py"]) == (
+        "t.py::a (2 cases), t.py::b, t.py::c (1 case), t.py")
+    for record in results.SAME_FUNCTION:
+        assert "$" not in record.why and not re.search(r"::\w+\[", record.why), record.why
 
 
 def test_same_function_takes_the_import_as_evidence_for_a_module_of_module_level_code_alone(vouching, capsys):
