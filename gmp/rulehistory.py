@@ -10,10 +10,13 @@ recorded, and given the run's payload (:func:`judge_at`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
+import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -202,9 +205,28 @@ def rules_at(root: Path, commit: str, chapter: str, asked: Mapping[str, list[Any
     and the same without its words and kind: what decides), ``recorded_as`` (hashed as that commit hashed rules, ""
     where it did not) and its ``[measured, verdict]`` on each payload (``[error, None]`` where it fails on it). Raises :class:`Unavailable` saying
     why where that cannot be told."""
-    tree = _package_at(str(root), commit)
-    request = json.dumps({"hashing": hashing, "claims": {chapter: dict(asked)}})
-    return _rules_at(str(tree), commit, request)
+    request = json.dumps({"hashing": hashing, "claims": {chapter: dict(asked)}}, sort_keys=True)
+    key = hashlib.sha256(json.dumps([commit, request, _RULES_AT, sys.version]).encode()).hexdigest()
+    memo = Path(root) / MEMO / f"{key}.json"
+    try:
+        kept = json.loads(memo.read_text())
+        if isinstance(kept, dict) and set(kept) == set(asked):
+            return kept
+    except (OSError, ValueError):
+        pass
+    found = _rules_at(str(_package_at(str(root), commit)), commit, request)
+    with contextlib.suppress(OSError):  # a folder it cannot write to: the answer is computed, not kept
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=memo.parent, suffix=".tmp", delete=False) as out:
+            json.dump(found, out)
+        os.replace(out.name, memo)
+    return found
+
+
+MEMO = Path("_build") / "rule-history"
+"""Where :func:`rules_at` keeps what it found, under the repository (ignored by git), one file per commit and request:
+a commit's package and the payloads asked about never change, so every later process (a chapter's kernel, the
+claims page, the tests) reads the answer instead of importing that commit's ``gmp`` again (seconds each)."""
 
 
 @functools.cache

@@ -658,3 +658,26 @@ def test_the_uci_headlines_say_their_early_stopping_reads_the_test_split_and_giv
         caveat = claims[headline].caveat(entry.payload)
         assert caveat.startswith("its learning-rate schedule and early stopping read the test split"), headline
         assert caveat.endswith(f"gives {claims[clean].evaluate(entry.payload)[1]}"), headline
+
+
+def test_the_rules_at_a_commit_are_read_once_per_checkout_and_a_kept_answer_that_does_not_fit_is_recomputed(
+        tmp_path, monkeypatch):
+    """Reading a commit's rules imports that commit's gmp in a new process (seconds each, 37 of them for the ledger):
+    the answer is kept under the repository for every later process, and one that does not answer what was asked is
+    not read."""
+    from gmp import rulehistory
+
+    ran = []
+    monkeypatch.setattr(rulehistory, "_package_at", lambda root, commit: tmp_path / "tree")
+    monkeypatch.setattr(rulehistory, "_rules_at", lambda tree, commit, request: ran.append(commit) or {
+        key: {"verdicts": [[json.loads(request)["claims"]["ch"][key][0], "reproduced"]]}
+        for key in json.loads(request)["claims"]["ch"]})
+    first = rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing")
+    assert ran == ["abc1234"] and rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing") == first
+    assert ran == ["abc1234"]                                                  # read from the memo, not recomputed
+    assert rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [2]}, "hashing")["a"]["verdicts"][0][0] == 2
+    assert ran == ["abc1234"] * 2                                              # another payload is another question
+    [kept] = [p for p in (tmp_path / rulehistory.MEMO).iterdir() if json.loads(p.read_text())["a"]["verdicts"][0][0] == 1]
+    kept.write_text(json.dumps({"b": None}))
+    assert rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing") == first and len(ran) == 3
+    assert not list((tmp_path / rulehistory.MEMO).glob("*.tmp"))
