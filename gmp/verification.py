@@ -542,9 +542,43 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
     and ``lapsing``: other records whose ``after`` names the module as it was, which today's code lapses
     (renew them for their own modules). A ValueError says what is wrong with the arguments.
     """
-    package, root = _fingerprint.PACKAGE, root or _results.repository_root()
+    root = root or _results.repository_root()
     if root is None:
         raise ValueError("run --same-function from inside the book's repository (the folder with _toc.yml)")
+    with _one_voucher(root):
+        return _vouch(module, why, tests, since, root)
+
+
+VOUCH_LOCK = Path("_build") / "same-function.lock"
+"""The lock, under the repository, that one ``--same-function`` at a time holds while it reads, tests and rewrites
+gmp/same_function.json (two at once would each write the records as they read them, and the first one's be lost)."""
+
+
+@contextlib.contextmanager
+def _one_voucher(root: Path) -> Iterator[None]:
+    """Hold :data:`VOUCH_LOCK` of the repository ``root``, or refuse naming the process that holds it."""
+    if _results.fcntl is None:
+        yield
+        return
+    lock = root / VOUCH_LOCK
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as held:
+        try:
+            _results.fcntl.flock(held, _results.fcntl.LOCK_EX | _results.fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.seek(0)
+            raise SameFunctionRefused(f"another --same-function is writing gmp/same_function.json "
+                                      f"({held.read().strip() or 'a process'}; it holds {lock}): one writes at a "
+                                      f"time, so nothing is recorded; run this one again when it has finished"
+                                      ) from None
+        held.truncate(0)
+        held.write(f"pid {os.getpid()}, since {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
+        held.flush()
+        yield
+
+
+def _vouch(module: str, why: str, tests: list[str], since: str | None, root: Path) -> dict[str, Any]:
+    package = _fingerprint.PACKAGE
     path = package / module
     if not (module.endswith(".py") and path.is_file()):
         raise ValueError(f"{module!r} is not a module of gmp: name it by its path in the package, as a code "

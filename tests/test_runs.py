@@ -866,6 +866,29 @@ def test_same_function_refuses_a_module_that_did_not_change_or_that_no_cache_rec
     assert (package / "same_function.json").read_text() == "[]\n"
 
 
+def test_a_second_same_function_while_one_holds_the_records_is_refused_naming_it_and_writes_nothing(vouching, capsys):
+    """Issue #48: two --same-function at once each rewrote gmp/same_function.json from what it read, so the first one's
+    record was lost; one writes at a time, the other is refused with the holder named."""
+    import fcntl
+
+    repo, package, ran = vouching
+    (package / "a.py").write_text("def f(x):\n    return 1 + x\n")
+    lock = repo / verification.VOUCH_LOCK
+    lock.parent.mkdir(parents=True)
+    with open(lock, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 4242, since now")
+        held.flush()
+        assert runs.main(["--same-function", "a.py", "--why", "f adds the other way round", "--tests",
+                          "tests/test_toy.py::test_same"]) == 1
+    err = capsys.readouterr().err
+    assert "another --same-function is writing gmp/same_function.json (pid 4242, since now" in err
+    assert (package / "same_function.json").read_text() == "[]\n"
+    assert runs.main(["--same-function", "a.py", "--why", "f adds the other way round", "--tests",
+                      "tests/test_toy.py::test_same"]) == 0                      # once it is let go
+    assert len(results.read_same_function(package / "same_function.json")) == 1
+
+
 def test_a_record_lapses_with_the_modules_added_for_its_module_not_with_those_of_a_package_that_replaced_one(tmp_path):
     """``after`` holds the modules that a rewritten module now imports and the old fingerprint lacked; a module
     of a package that took the place of one it recorded (results/ for results.py) counts as changed anyway."""
