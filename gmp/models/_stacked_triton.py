@@ -103,19 +103,32 @@ def _phi_derivative(z, kind):
 
 
 @triton.jit
-def _forward_kernel(u_ptr, s_ptr, kind_ptr, a_ptr, b_ptr, w_ptr, bias_ptr, rm_ptr, rv_ptr, on_ptr,
-                    y_ptr, mean_ptr, rstd_ptr, batch, width, momentum, eps,
-                    USE_BN: tl.constexpr, TRAINING: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr):
+def _column_block(s_ptr, kind_ptr, a_ptr, batch, width, BB: tl.constexpr, BC: tl.constexpr):
+    """This program's network and block of columns: the columns, their mask and offsets in a (networks, width)
+    vector, their scales ``s``, the network's activation kind and gain ``a``, the network's first element in a
+    (networks, batch, width) tensor, and the rows of one tile."""
     net = tl.program_id(0)
     cols = tl.program_id(1) * BC + tl.arange(0, BC)
     cmask = cols < width
     vec = net * width + cols
     s = tl.load(s_ptr + vec, mask=cmask, other=1.0)
-    kind = tl.load(kind_ptr + net)
-    a = tl.load(a_ptr + net)
+    return (net, cols, cmask, vec, s, tl.load(kind_ptr + net), tl.load(a_ptr + net),
+            net.to(tl.int64) * batch * width, tl.arange(0, BB))
+
+
+@triton.jit
+def _tile(base, r0, rows0, cols, cmask, batch, width):
+    """The mask and offsets of the tile of rows ``r0 + rows0`` of this program's columns."""
+    rows = r0 + rows0
+    return (rows[:, None] < batch) & cmask[None, :], base + rows[:, None] * width + cols[None, :]
+
+
+@triton.jit
+def _forward_kernel(u_ptr, s_ptr, kind_ptr, a_ptr, b_ptr, w_ptr, bias_ptr, rm_ptr, rv_ptr, on_ptr,
+                    y_ptr, mean_ptr, rstd_ptr, batch, width, momentum, eps,
+                    USE_BN: tl.constexpr, TRAINING: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr):
+    net, cols, cmask, vec, s, kind, a, base, rows0 = _column_block(s_ptr, kind_ptr, a_ptr, batch, width, BB, BC)
     b = tl.load(b_ptr + net)
-    base = net.to(tl.int64) * batch * width
-    rows0 = tl.arange(0, BB)
     mean = s * 0.0
     rstd = s * 0.0 + 1.0
     if USE_BN:
@@ -125,16 +138,14 @@ def _forward_kernel(u_ptr, s_ptr, kind_ptr, a_ptr, b_ptr, w_ptr, bias_ptr, rm_pt
         if TRAINING:
             total = s * 0.0
             for r0 in range(0, batch, BB):
-                rows = r0 + rows0
-                m = (rows[:, None] < batch) & cmask[None, :]
-                h = tl.load(u_ptr + base + rows[:, None] * width + cols[None, :], mask=m, other=0.0) * s[None, :]
+                m, offsets = _tile(base, r0, rows0, cols, cmask, batch, width)
+                h = tl.load(u_ptr + offsets, mask=m, other=0.0) * s[None, :]
                 total += tl.sum(h, axis=0)
             batch_mean = _div(total, total * 0.0 + batch)
             squares = s * 0.0
             for r0 in range(0, batch, BB):
-                rows = r0 + rows0
-                m = (rows[:, None] < batch) & cmask[None, :]
-                h = tl.load(u_ptr + base + rows[:, None] * width + cols[None, :], mask=m, other=0.0) * s[None, :]
+                m, offsets = _tile(base, r0, rows0, cols, cmask, batch, width)
+                h = tl.load(u_ptr + offsets, mask=m, other=0.0) * s[None, :]
                 d = tl.where(m, h - batch_mean[None, :], 0.0)
                 squares += tl.sum(d * d, axis=0)
             var = _div(squares, squares * 0.0 + batch)
@@ -151,9 +162,7 @@ def _forward_kernel(u_ptr, s_ptr, kind_ptr, a_ptr, b_ptr, w_ptr, bias_ptr, rm_pt
     tl.store(mean_ptr + vec, mean, mask=cmask)
     tl.store(rstd_ptr + vec, rstd, mask=cmask)
     for r0 in range(0, batch, BB):
-        rows = r0 + rows0
-        m = (rows[:, None] < batch) & cmask[None, :]
-        offsets = base + rows[:, None] * width + cols[None, :]
+        m, offsets = _tile(base, r0, rows0, cols, cmask, batch, width)
         h = tl.load(u_ptr + offsets, mask=m, other=0.0) * s[None, :]
         z = h
         if USE_BN:
@@ -165,15 +174,7 @@ def _forward_kernel(u_ptr, s_ptr, kind_ptr, a_ptr, b_ptr, w_ptr, bias_ptr, rm_pt
 def _backward_kernel(dy_ptr, u_ptr, s_ptr, kind_ptr, a_ptr, w_ptr, bias_ptr, mean_ptr, rstd_ptr, on_ptr,
                      du_ptr, ds_ptr, dw_ptr, db_ptr, batch, width,
                      USE_BN: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr):
-    net = tl.program_id(0)
-    cols = tl.program_id(1) * BC + tl.arange(0, BC)
-    cmask = cols < width
-    vec = net * width + cols
-    s = tl.load(s_ptr + vec, mask=cmask, other=1.0)
-    kind = tl.load(kind_ptr + net)
-    a = tl.load(a_ptr + net)
-    base = net.to(tl.int64) * batch * width
-    rows0 = tl.arange(0, BB)
+    net, cols, cmask, vec, s, kind, a, base, rows0 = _column_block(s_ptr, kind_ptr, a_ptr, batch, width, BB, BC)
     dweight = s * 0.0
     dbias = s * 0.0
     if USE_BN:
@@ -183,9 +184,7 @@ def _backward_kernel(dy_ptr, u_ptr, s_ptr, kind_ptr, a_ptr, w_ptr, bias_ptr, mea
         mean = tl.load(mean_ptr + vec, mask=cmask, other=0.0)
         rstd = tl.load(rstd_ptr + vec, mask=cmask, other=1.0)
         for r0 in range(0, batch, BB):
-            rows = r0 + rows0
-            m = (rows[:, None] < batch) & cmask[None, :]
-            offsets = base + rows[:, None] * width + cols[None, :]
+            m, offsets = _tile(base, r0, rows0, cols, cmask, batch, width)
             h = tl.load(u_ptr + offsets, mask=m, other=0.0) * s[None, :]
             xhat = (h - mean[None, :]) * rstd[None, :]
             z = tl.where(on, xhat * w[None, :] + beta[None, :], h)
@@ -198,9 +197,7 @@ def _backward_kernel(dy_ptr, u_ptr, s_ptr, kind_ptr, a_ptr, w_ptr, bias_ptr, mea
     tl.store(db_ptr + vec, dbias, mask=cmask)
     ds = s * 0.0
     for r0 in range(0, batch, BB):
-        rows = r0 + rows0
-        m = (rows[:, None] < batch) & cmask[None, :]
-        offsets = base + rows[:, None] * width + cols[None, :]
+        m, offsets = _tile(base, r0, rows0, cols, cmask, batch, width)
         u = tl.load(u_ptr + offsets, mask=m, other=0.0)
         h = u * s[None, :]
         dy = tl.load(dy_ptr + offsets, mask=m, other=0.0)
