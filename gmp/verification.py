@@ -531,7 +531,8 @@ def vouch(module: str, why: str, tests: list[str], since: str | None = None,
       record vouched for as that code, and that a cache (its run's, its re-stamps' or its kept units'
       fingerprints) or a journal under ``book/_results`` records, gets a record from it to today's code;
     - a record whose ``after`` named the module at ``since`` is renewed in place (its ``why`` extended), not
-      duplicated;
+      duplicated; one for the same earlier code that lapsed because a module it names changed since (one the module
+      imports) is replaced by the new record;
     - ``after`` is today's hash of the module and of each module it now imports, directly or through others,
       that the fingerprints which recorded it as ``before`` lack (a module added for it; for a renewed record
       that none records, those that recorded it as at ``since``, else the package at ``since``), not those of
@@ -652,8 +653,14 @@ def _vouch(module: str, why: str, tests: list[str], since: str | None, root: Pat
                 after=after(record.before), why=f"{record.why}; renewed: {why.strip()} ({evidence})")
             written.append(written_record)
     for before in fresh:
-        records.append(_fingerprint.SameFunction(module, before, after(before), f"{why.strip()} ({evidence})"))
-        written.append(records[-1])
+        record = _fingerprint.SameFunction(module, before, after(before), f"{why.strip()} ({evidence})")
+        lapsed = [number for number, r in enumerate(records) if r.module == module and r.before == before]
+        if lapsed:  # it lapsed when a module it names changed (one it imports): today's record takes its place
+            records[lapsed[0]] = record
+            records[:] = [r for number, r in enumerate(records) if number not in lapsed[1:]]
+        else:
+            records.append(record)
+        written.append(record)
     text = json.dumps([record._asdict() for record in records], indent=2, ensure_ascii=False) + "\n"
     _results.atomic_write_bytes(_fingerprint.SAME_FUNCTION_FILE, text.encode("utf-8"))
     lapsing = [r for r in records if r.module != module and r.after.get(module) not in (None, today[module])]

@@ -866,6 +866,24 @@ def test_same_function_refuses_a_module_that_did_not_change_or_that_no_cache_rec
     assert (package / "same_function.json").read_text() == "[]\n"
 
 
+def test_a_record_that_lapsed_because_a_module_it_imports_changed_is_replaced_not_kept_beside_the_new_one(vouching):
+    """A record names the modules its module came to import; when one of them changes the record lapses, and vouching
+    again for the same earlier code replaces it (a lapsed record left beside fails the check that records name
+    today's code)."""
+    repo, package, ran = vouching
+    (package / "added.py").write_text("def one():\n    return 1\n")
+    (package / "a.py").write_text("from gmp import added\n\n\ndef f(x):\n    return x + added.one()\n")
+    assert runs.main(["--same-function", "a.py", "--why", "f adds through added.one", "--tests",
+                      "tests/test_toy.py::test_same"]) == 0
+    (package / "added.py").write_text("def one():\n    return 2 - 1\n")
+    assert runs.main(["--same-function", "a.py", "--why", "added.one subtracts", "--tests",
+                      "tests/test_toy.py::test_same"]) == 0
+    today = results.read_module_hashes(results.CODE_HASH, package)
+    [record] = results.read_same_function(package / "same_function.json")
+    assert record.before == ran["a.py"] and record.after == {"a.py": today["a.py"], "added.py": today["added.py"]}
+    assert record.why.startswith("added.one subtracts (vouched on ")
+
+
 def test_a_second_same_function_while_one_holds_the_records_is_refused_naming_it_and_writes_nothing(vouching, capsys):
     """Issue #48: two --same-function at once each rewrote gmp/same_function.json from what it read, so the first one's
     record was lost; one writes at a time, the other is refused with the holder named."""

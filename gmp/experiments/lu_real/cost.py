@@ -87,13 +87,20 @@ def floor_per_network_step(depth: int = 200, width: int = 500, batch: int = 64, 
             "byte_seconds": moved / bytes_per_s, "seconds": max(flops / flops_per_s, moved / bytes_per_s)}
 
 
+LEASE_MINUTES = 15.0
+"""A GPU lease's device time, all its commands together, the machine's start included."""
+START_AND_MEASURE_MINUTES = 2.5
+"""What a lease spends before it trains: the machine's start (about 45 s), the measurement (60 s) and the planner's probe."""
+
+
 def lease_measurements(leases: Path | None = None) -> list[dict[str, Any]]:
     """What each GPU lease kept in the repository (``book/_results/lu_real/leases/``, written by
     ``python -m gmp.gpu merge``) measured of the stacked step, oldest first: the date and GPU, each probe of
     the planner (networks, milliseconds per step, minutes its group's epochs need), the measurement's
     milliseconds per step and kernels per square layer-step for each stack it timed, what the lease
-    trained, and the float32 floor of a step per network (:func:`floor_per_network_step`,
-    at the run's depth, width and batch)."""
+    trained, the float32 floor of a step per network (:func:`floor_per_network_step`,
+    at the run's depth, width and batch), and ``fits``: the most networks of a probe whose group's epochs fit in
+    what a lease has left to train (:data:`LEASE_MINUTES` less :data:`START_AND_MEASURE_MINUTES`), 0 if none."""
     from gmp import results
 
     if leases is None:
@@ -109,9 +116,11 @@ def lease_measurements(leases: Path | None = None) -> list[dict[str, Any]]:
         environment, run = summary.get("environment", {}), summary.get("lu_real", {})
         depth, width, batch = (measured.get(k) for k in ("depth", "width", "batch"))
         floor = floor_per_network_step(depth or 200, width or 500, batch or 64)["seconds"]
+        probes = [{"networks": p["networks"], "ms_per_step": 1e3 * p["seconds_per_step"],
+                   "group_minutes": p["group_minutes"]} for p in run.get("probes", [])]
         out.append({"record": path.name, "date": str(environment.get("date", "")), "gpu": environment.get("gpu"),
-                    "probes": [{"networks": p["networks"], "ms_per_step": 1e3 * p["seconds_per_step"],
-                                "group_minutes": p["group_minutes"]} for p in run.get("probes", [])],
+                    "probes": probes, "fits": max([p["networks"] for p in probes if p["group_minutes"]
+                                                   <= LEASE_MINUTES - START_AND_MEASURE_MINUTES], default=0),
                     "steps": [{"networks": s["networks"], "mode": s["mode"], "ms_per_step": s["ms_per_step"],
                                "kernels_per_layer_step": s["kernels_per_step"] / (depth or 200)}
                               for s in measured.get("steps", [])],
