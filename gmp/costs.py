@@ -1,4 +1,5 @@
-"""What a chapter's paper-scale run costs, read from the results cache (the page ``book/running/cluster.md``).
+"""What a chapter's paper-scale run costs, read from the results cache (the book's pages ``book/running/costs.md``,
+:func:`costs_table`, and ``book/running/cluster.md``, :func:`cost_table`).
 
 A chapter that splits into units keeps each unit's measured ``seconds`` and the device that computed it in its
 cache (``units.jsonl.gz``) or, while unfinished, in its journal. From them :func:`unit_costs` sums the compute a
@@ -11,10 +12,12 @@ from __future__ import annotations
 import collections
 import gzip
 import json
+from pathlib import Path
 from typing import Any
 
 from gmp import config as _config
 from gmp import results as _results
+from gmp.results.cache import _duration
 
 
 def _entries(chapter: str, scale: str) -> tuple[list[dict[str, Any]], str]:
@@ -25,10 +28,14 @@ def _entries(chapter: str, scale: str) -> tuple[list[dict[str, Any]], str]:
         return [], "none"
     cache = root / chapter / scale / "units.jsonl.gz"
     if cache.is_file():
-        lines = gzip.decompress(cache.read_bytes()).decode().splitlines()
-        return [json.loads(line) for line in lines if line], "cache"
+        return _cached_entries(cache), "cache"
     journals = sorted((root / chapter / "_partial").glob(f"{scale}-*.jsonl"))
     return [entry for path in journals for entry in _results.journal_entries(path)], "journal" if journals else "none"
+
+
+def _cached_entries(path: Path) -> list[dict[str, Any]]:
+    """The unit entries of a cache's ``units.jsonl.gz``."""
+    return [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode().splitlines() if line]
 
 
 def unit_costs(chapter: str, scale: str = "paper") -> dict[str, Any]:
@@ -82,3 +89,66 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {row['chapter']} | {row['units']} | {row['device']} | {row['hours']:.2f}{estimated} | "
                      f"{row['longest_min']:.1f} |")
     return "\n".join(lines)
+
+
+def _units(folder: Path) -> tuple[int, float, dict[str, int]]:
+    """How many units a cache keeps, the seconds they record (0 for units that record none) and how many
+    each device computed (``"cpu"`` for units that name none: a CPU run of ``gmp.runs`` records no device)."""
+    path = folder / "units.jsonl.gz"
+    entries = _cached_entries(path) if path.is_file() else []
+    devices = collections.Counter(entry.get("device", "cpu").split(" (")[0] for entry in entries)
+    return len(entries), sum(entry.get("seconds") or 0.0 for entry in entries), dict(devices)
+
+
+def costs(chapters: list[str] | None = None) -> list[dict[str, Any]]:
+    """For each chapter of ``chapters`` (default: every chapter with an experiment module), what its committed
+    paper-scale cache records of its cost: the date of the run, the machine its notebook ran on, the notebook's
+    wall time, how many units (independent pieces of work journalled one by one) it keeps, on which devices, and
+    the seconds those units record. A chapter without a cache gives instead the units an unfinished run with
+    today's config has journalled and the seconds they record, and the GPU-hours its experiment module estimates
+    from FLOPs where it has such an estimate (``gpu_hours_estimate``)."""
+    import importlib
+
+    from gmp.results.journal import _journalled
+
+    root = _results.results_root()
+    rows = []
+    for chapter in chapters or _results.experiment_chapters():
+        folder = root / chapter / "paper" if root else None
+        provenance = folder / "provenance.json" if folder else None
+        if provenance is None or not provenance.is_file():
+            journal = _journalled(chapter, "paper")
+            estimate = getattr(importlib.import_module(f"gmp.experiments.{chapter}"), "gpu_hours_estimate", None)
+            rows.append({"chapter": chapter, "date": None, "machine": None, "notebook_s": None, "units": len(journal),
+                         "unit_s": sum(e.get("seconds") or 0.0 for e in journal), "devices": {},
+                         "gpu_hours_estimate": estimate(_config.load(chapter, "paper"))["hours"] if estimate else None})
+            continue
+        record = json.loads(provenance.read_text())
+        count, seconds, devices = _units(folder)
+        rows.append({"chapter": chapter, "date": record.get("date"), "machine": record.get("device"),
+                     "notebook_s": record.get("wall_time_s"), "units": count, "unit_s": seconds,
+                     "devices": devices, "gpu_hours_estimate": None})
+    return rows
+
+
+def costs_table(chapters: list[str] | None = None):
+    """:func:`costs` as the table of the book's page: one row per chapter, in words."""
+    import pandas as pd
+
+    rows = []
+    for row in costs(chapters):
+        if row["date"] is None:
+            journalled = (f"{row['units']} journalled by an unfinished run" if row["units"] else "")
+            estimate = (f"estimate from FLOPs: {row['gpu_hours_estimate']:.0f} GPU-hours"
+                        if row["gpu_hours_estimate"] is not None else "")
+            rows.append({"Chapter": row["chapter"], "Paper-scale run": "not yet run", "Machine": "", "Notebook": "",
+                         "Units": journalled, "Time the units record": (
+                             _duration(row["unit_s"]) if row["unit_s"] else estimate)})
+            continue
+        devices = ", ".join(f"{n} on {d}" for d, n in sorted(row["devices"].items()))
+        rows.append({"Chapter": row["chapter"], "Paper-scale run": row["date"], "Machine": row["machine"],
+                     "Notebook": _duration(row["notebook_s"]),
+                     "Units": f"{row['units']} ({devices})" if row["units"] else "none: the notebook computes it all",
+                     "Time the units record": _duration(row["unit_s"]) if row["unit_s"] else (
+                         "not recorded (carried from an earlier run)" if row["units"] else "")})
+    return pd.DataFrame(rows).set_index("Chapter")

@@ -1,5 +1,5 @@
-"""What the committed caches say at a glance: the claims ledger's tallies as one picture (the README's), and
-what each chapter's paper-scale run cost (the book's page "Cost of each chapter at paper scale").
+"""What the committed caches say at a glance: the claims ledger's tallies as one picture (the README's). What
+each chapter's paper-scale run cost is :mod:`gmp.costs`.
 
     python -m gmp.overview                       # writes book/_static/ledger-tallies.png from the caches
     python -m gmp.overview --check               # exit 1 when that picture no longer matches the caches
@@ -11,16 +11,13 @@ comparing pixels, whether it still matches the caches.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from gmp.results import claims as _claims
 from gmp.results import files as _files
-from gmp.results.cache import _duration
 
 PICTURE = Path("book/_static/ledger-tallies.png")
 """Where the picture of the tallies lives in the repository (the README shows it)."""
@@ -101,77 +98,6 @@ def drawn(path: Path) -> dict[str, dict[str, int]] | None:
     with Image.open(path) as image:
         text = image.info.get(TALLIES_KEY)
     return None if text is None else json.loads(text)
-
-
-def _units(folder: Path) -> tuple[int, float, dict[str, int]]:
-    """How many units a cache keeps, the seconds they record (0 for units that record none) and how many
-    each device computed (``"cpu"`` for units that name none: a CPU run of ``gmp.runs`` records no device)."""
-    path = folder / "units.jsonl.gz"
-    count, seconds, devices = 0, 0.0, {}
-    if path.is_file():
-        with gzip.open(path, "rt") as lines:
-            for line in lines:
-                entry = json.loads(line)
-                count += 1
-                seconds += entry.get("seconds") or 0.0
-                device = entry.get("device", "cpu").split(" (")[0]
-                devices[device] = devices.get(device, 0) + 1
-    return count, seconds, devices
-
-
-def costs(chapters: list[str] | None = None) -> list[dict[str, Any]]:
-    """For each chapter of ``chapters`` (default: every chapter with an experiment module), what its committed
-    paper-scale cache records of its cost: the date of the run, the machine its notebook ran on, the notebook's
-    wall time, how many units (independent pieces of work journalled one by one) it keeps, on which devices, and
-    the seconds those units record. A chapter without a cache gives instead the units an unfinished run with
-    today's config has journalled and the seconds they record, and the GPU-hours its experiment module estimates
-    from FLOPs where it has such an estimate (``gpu_hours_estimate``)."""
-    import importlib
-
-    from gmp import config as _config
-    from gmp.results.journal import _journalled
-
-    root = _files.results_root()
-    rows = []
-    for chapter in chapters or _claims.experiment_chapters():
-        folder = root / chapter / "paper" if root else None
-        provenance = folder / "provenance.json" if folder else None
-        if provenance is None or not provenance.is_file():
-            journal = _journalled(chapter, "paper")
-            estimate = getattr(importlib.import_module(f"gmp.experiments.{chapter}"), "gpu_hours_estimate", None)
-            rows.append({"chapter": chapter, "date": None, "machine": None, "notebook_s": None, "units": len(journal),
-                         "unit_s": sum(e.get("seconds") or 0.0 for e in journal), "devices": {},
-                         "gpu_hours_estimate": estimate(_config.load(chapter, "paper"))["hours"] if estimate else None})
-            continue
-        record = json.loads(provenance.read_text())
-        count, seconds, devices = _units(folder)
-        rows.append({"chapter": chapter, "date": record.get("date"), "machine": record.get("device"),
-                     "notebook_s": record.get("wall_time_s"), "units": count, "unit_s": seconds,
-                     "devices": devices, "gpu_hours_estimate": None})
-    return rows
-
-
-def costs_table(chapters: list[str] | None = None):
-    """:func:`costs` as the table of the book's page: one row per chapter, in words."""
-    import pandas as pd
-
-    rows = []
-    for row in costs(chapters):
-        if row["date"] is None:
-            journalled = (f"{row['units']} journalled by an unfinished run" if row["units"] else "")
-            estimate = (f"estimate from FLOPs: {row['gpu_hours_estimate']:.0f} GPU-hours"
-                        if row["gpu_hours_estimate"] is not None else "")
-            rows.append({"Chapter": row["chapter"], "Paper-scale run": "not yet run", "Machine": "", "Notebook": "",
-                         "Units": journalled, "Time the units record": (
-                             _duration(row["unit_s"]) if row["unit_s"] else estimate)})
-            continue
-        devices = ", ".join(f"{n} on {d}" for d, n in sorted(row["devices"].items()))
-        rows.append({"Chapter": row["chapter"], "Paper-scale run": row["date"], "Machine": row["machine"],
-                     "Notebook": _duration(row["notebook_s"]),
-                     "Units": f"{row['units']} ({devices})" if row["units"] else "none: the notebook computes it all",
-                     "Time the units record": _duration(row["unit_s"]) if row["unit_s"] else (
-                         "not recorded (carried from an earlier run)" if row["units"] else "")})
-    return pd.DataFrame(rows).set_index("Chapter")
 
 
 def main(argv: list[str] | None = None) -> int:

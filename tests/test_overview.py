@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 import gmp.overview as overview
+from gmp import costs
 from conftest import ROOT
 from gmp.results.claims import NOT_RUN, PARTLY, REPRODUCED, VERIFIED
 
@@ -75,12 +76,12 @@ def test_costs_read_each_cache_its_units_their_seconds_and_devices(tmp_path, mon
     _cache(tmp_path, "chen_uci", {"date": "2026-11-27 21:17 UTC", "device": "cpu (x)", "wall_time_s": 10.1},
            [{"key": "a", "value": 1}])
     _cache(tmp_path, "lu_gpn", {"date": "2026-11-26 09:00 UTC", "device": "cpu (x)", "wall_time_s": 140.5})
-    rows = {r["chapter"]: r for r in overview.costs(["sbsnn_fitting", "chen_uci", "lu_gpn", "chen_vgg"])}
+    rows = {r["chapter"]: r for r in costs.costs(["sbsnn_fitting", "chen_uci", "lu_gpn", "chen_vgg"])}
     assert rows["sbsnn_fitting"]["units"] == 3 and rows["sbsnn_fitting"]["unit_s"] == 1000.0
     assert rows["sbsnn_fitting"]["devices"] == {"cuda": 2, "cpu": 1}
     assert rows["chen_uci"]["unit_s"] == 0.0 and rows["lu_gpn"]["units"] == 0
     assert rows["chen_vgg"]["date"] is None and rows["chen_vgg"]["gpu_hours_estimate"] > 0
-    table = overview.costs_table(["sbsnn_fitting", "chen_uci", "lu_gpn", "chen_vgg"])
+    table = costs.costs_table(["sbsnn_fitting", "chen_uci", "lu_gpn", "chen_vgg"])
     assert table.loc["sbsnn_fitting", "Units"] == "3 (1 on cpu, 2 on cuda)"
     assert table.loc["sbsnn_fitting", "Time the units record"] == "16.7 min"
     assert table.loc["chen_uci", "Time the units record"].startswith("not recorded")

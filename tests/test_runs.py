@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gmp import config, results, runs, verification
+from gmp import config, results, runs, samefunction, verification
 
 WRITE = """
 import json, os, pathlib
@@ -891,7 +891,7 @@ def test_a_second_same_function_while_one_holds_the_records_is_refused_naming_it
 
     repo, package, ran = vouching
     (package / "a.py").write_text("def f(x):\n    return 1 + x\n")
-    lock = repo / verification.VOUCH_LOCK
+    lock = repo / samefunction.VOUCH_LOCK
     lock.parent.mkdir(parents=True)
     with open(lock, "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -916,10 +916,10 @@ def test_a_record_lapses_with_the_modules_added_for_its_module_not_with_those_of
                        "sub/__init__.py": "", "sub/x.py": "from gmp import verification\n", "verification.py": ""}.items():
         (package / name).write_text(text)
     replaced, plain = {"__init__.py": "0", "a.py": "0", "sub.py": "0"}, {"__init__.py": "0", "a.py": "0"}
-    assert verification._added_imports(package / "a.py", package, [replaced]) == ["added.py"]
-    assert verification._added_imports(package / "a.py", package, [plain]) == [
+    assert samefunction._added_imports(package / "a.py", package, [replaced]) == ["added.py"]
+    assert samefunction._added_imports(package / "a.py", package, [plain]) == [
         "added.py", "sub/__init__.py", "sub/x.py"]  # and not verification.py, which counts for no chapter
-    assert verification._added_imports(package / "a.py", package, [replaced, plain]) == [
+    assert samefunction._added_imports(package / "a.py", package, [replaced, plain]) == [
         "added.py", "sub/__init__.py", "sub/x.py"]  # lacking in one fingerprint is enough
 
 
@@ -1043,7 +1043,7 @@ def test_a_record_names_a_parametrized_test_once_with_its_cases_not_its_paramete
     """A record's tests are shown on every page whose cache it vouches for: a parameter id is any text (a shell
     command's ``kill -9 $$`` was one), which the page rendered as TeX delimiters, so a record names a parametrized
     test once with its number of cases."""
-    assert verification.test_names(["t.py::a[kill -9 $$]", "t.py::a[exit 1]", "t.py::b", "t.py::c[0]", "t.py"]) == (
+    assert samefunction.test_names(["t.py::a[kill -9 $$]", "t.py::a[exit 1]", "t.py::b", "t.py::c[0]", "t.py"]) == (
         "t.py::a (2 cases), t.py::b, t.py::c (1 case), t.py")
     for record in results.SAME_FUNCTION:
         assert "$" not in record.why and not re.search(r"::\w+\[", record.why), record.why
