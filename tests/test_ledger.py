@@ -681,3 +681,38 @@ def test_the_rules_at_a_commit_are_read_once_per_checkout_and_a_kept_answer_that
     kept.write_text(json.dumps({"b": None}))
     assert rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing") == first and len(ran) == 3
     assert not list((tmp_path / rulehistory.MEMO).glob("*.tmp"))
+
+
+# Verdicts that show their fragility (issue #50, section 3): each comparative claim re-judged by the median of its
+# paired differences and by the exact Wilcoxon signed-rank test, with its rule's own mapping.
+
+from gmp.results import fragility  # noqa: E402
+
+
+def test_the_other_intervals_exclude_zero_exactly_when_their_exact_tests_reject():
+    """The median's interval is the two-sided sign test's dual, the Hodges-Lehmann interval the exact Wilcoxon
+    test's: each excludes 0 exactly when its test gives p < 0.05 (continuous differences: no ties, no zeros)."""
+    rng = __import__("numpy").random.default_rng(0)
+    agree = {"sign": 0, "wilcoxon": 0}
+    for n in (3, 5, 6, 8, 10, 12):
+        for _ in range(40):
+            x = rng.normal(rng.uniform(-1.5, 1.5), 1.0, n)
+            centre, low, high = fragility.median_interval(x)
+            assert centre == pytest.approx(float(__import__("numpy").median(x)))
+            p = stats.binomtest(int((x > 0).sum()), n, 0.5).pvalue
+            assert (low > 0 or high < 0) == (p < 0.05)
+            agree["sign"] += p < 0.05
+            centre, low, high = fragility.wilcoxon_interval(x)
+            p = stats.wilcoxon(x, method="exact").pvalue
+            assert (low > 0 or high < 0) == (p < 0.05), (n, x.tolist(), low, high, p)
+            agree["wilcoxon"] += p < 0.05
+    assert agree["sign"] > 20 and agree["wilcoxon"] > 20  # both outcomes were tried
+    assert fragility.median_interval([1.0] * 5)[1:] == (-float("inf"), float("inf"))  # 5 pairs cannot reach 0.05
+
+
+def test_the_re_judging_is_no_part_of_any_caches_code():
+    """:mod:`gmp.results.fragility` is imported only by the ledger (in RENDERING), so editing it leaves every
+    cache current."""
+    for chapter in results.claims.experiment_chapters():
+        found = results.fingerprint.chapter_modules(chapter)
+        assert found is None or ("results/fragility.py" not in found and "results/claims.py" in found), chapter
