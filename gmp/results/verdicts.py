@@ -618,7 +618,8 @@ def fragility_sentence(rows: list[dict[str, Any]]) -> str:
     fragile = [r for r in judged_rows if r["fragile"]]
     without = [r for r in judged_rows if None in r["others"]]
     return (f"Each comparative verdict (one method against another over paired runs) is re-judged, with its rule's "
-            f"own mapping, by the median of the paired differences (with its distribution-free interval) and by "
+            f"own mapping, by the median of the paired differences (with its distribution-free interval; where a "
+            f"rule compares the methods' means, their medians) and by "
             f"the exact Wilcoxon signed-rank test, at the rule's level; a verdict either does not share is marked "
             f"{FRAGILE}, and no rule's verdict changes. Of the {len(judged_rows)} comparative verdicts judged on a "
             f"run, {len(fragile)} {'is' if len(fragile) == 1 else 'are'} {FRAGILE}"
