@@ -681,3 +681,121 @@ def test_the_rules_at_a_commit_are_read_once_per_checkout_and_a_kept_answer_that
     kept.write_text(json.dumps({"b": None}))
     assert rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing") == first and len(ran) == 3
     assert not list((tmp_path / rulehistory.MEMO).glob("*.tmp"))
+
+
+# Verdicts that show their fragility (issue #50, section 3): each comparative claim re-judged by the median of its
+# paired differences and by the exact Wilcoxon signed-rank test, with its rule's own mapping.
+
+from gmp.results import fragility  # noqa: E402
+
+
+def _by_mean(payload):
+    """A toy comparative rule: the mean of the paired differences and its 95% t interval (the rule's statistic)."""
+    mean, low, high = results.paired_interval(payload["differences"])
+    return f"mean {mean:+.3f} [{low:+.3f}, {high:+.3f}]", (REPRODUCED if low > 0 else PARTLY if mean > 0
+                                                           else NOT_REPRODUCED)
+
+
+def _comparative(**changes):
+    return _claim(**{"check": _by_mean, "test": PowerTest("t", 10), "rule": "reproduced if the interval lies above 0, "
+                     "partly if the mean is above 0, else not reproduced", **changes})
+
+
+SKEWED = [-0.1] * 7 + [2.0] * 3
+"""Ten paired differences whose mean (+0.53) is above 0 and whose median (-0.1) is below it."""
+
+
+def test_a_verdict_the_median_does_not_share_is_fragile_and_counted(chapter, tmp_path):
+    chapter.CLAIMS = [_comparative()]
+    _publish(tmp_path, {"differences": SKEWED})
+    [row] = ledger.ledger_rows()
+    mean, low, high = results.paired_interval(SKEWED)
+    assert mean > 0 > low and row["verdict"] == PARTLY  # the rule's verdict, unchanged
+    assert row["others"][0] == NOT_REPRODUCED and row["fragile"]
+    assert ledger.fragile_counts([row], "finding") == {"Chen &amp; Ge": {PARTLY: 1}}
+    page = results.ledger().data
+    assert '<small class="gmp-fragile" data-count="1">(1 of them fragile)</small>' in page
+    assert "Of the 1 comparative verdicts judged on a run, 1 is fragile" in page
+    assert "Spearman" in page
+    box = results.verdict_box("fake_chapter").data
+    assert 'data-fragile="true"' in box and "by the median" in box and "by the exact Wilcoxon test" in box
+
+
+def test_a_verdict_every_statistic_shares_is_not_fragile(chapter, tmp_path):
+    chapter.CLAIMS = [_comparative()]
+    _publish(tmp_path, {"differences": [1.0, 1.1, 0.9, 1.2, 0.8, 1.05, 0.95, 1.1, 1.0, 0.9]})
+    [row] = ledger.ledger_rows()
+    assert row["verdict"] == REPRODUCED and row["others"] == (REPRODUCED, REPRODUCED) and not row["fragile"]
+    assert ledger.fragile_counts([row], "finding") == {}
+    assert "(1 of them fragile)" not in results.ledger().data
+
+
+def test_a_nan_among_the_differences_gives_no_other_verdict_and_says_why(chapter, tmp_path):
+    chapter.CLAIMS = [_comparative()]
+    _publish(tmp_path, {"differences": [1.0, float("nan"), 0.9, 1.2, 0.8, 1.05, 0.95, 1.1, 1.0, 0.9]})
+    [row] = ledger.ledger_rows()
+    assert row["verdict"] == INCONCLUSIVE and row["others"] == (None, None) and not row["fragile"]
+    assert all("NaN" in why and "no result" in why for why in row["others_why"])
+
+
+def test_a_claim_that_compares_no_methods_is_not_rejudged(chapter, tmp_path):
+    chapter.CLAIMS = [_comparative(key="fake-rank", test=PowerTest("spearman", 15, "less", 0.01, (3,) * 5)),
+                      _comparative(key="fake-plain", test=None)]
+    _publish(tmp_path, {"differences": SKEWED})
+    assert [row["others"] for row in ledger.ledger_rows()] == [None, None]
+
+
+def test_the_other_intervals_exclude_zero_exactly_when_their_exact_tests_reject():
+    """The median's interval is the two-sided sign test's dual, the Hodges-Lehmann interval the exact Wilcoxon
+    test's: each excludes 0 exactly when its test gives p < 0.05 (continuous differences: no ties, no zeros)."""
+    rng = __import__("numpy").random.default_rng(0)
+    agree = {"sign": 0, "wilcoxon": 0}
+    for n in (3, 5, 6, 8, 10, 12):
+        for _ in range(40):
+            x = rng.normal(rng.uniform(-1.5, 1.5), 1.0, n)
+            centre, low, high = fragility.median_interval(x)
+            assert centre == pytest.approx(float(__import__("numpy").median(x)))
+            p = stats.binomtest(int((x > 0).sum()), n, 0.5).pvalue
+            assert (low > 0 or high < 0) == (p < 0.05)
+            agree["sign"] += p < 0.05
+            centre, low, high = fragility.wilcoxon_interval(x)
+            p = stats.wilcoxon(x, method="exact").pvalue
+            assert (low > 0 or high < 0) == (p < 0.05), (n, x.tolist(), low, high, p)
+            agree["wilcoxon"] += p < 0.05
+    assert agree["sign"] > 20 and agree["wilcoxon"] > 20  # both outcomes were tried
+    assert fragility.median_interval([1.0] * 5)[1:] == (-float("inf"), float("inf"))  # 5 pairs cannot reach 0.05
+
+
+def test_every_real_comparative_claim_shows_two_other_verdicts_or_why_and_keeps_its_rules_verdict():
+    """On the committed caches: each comparative claim shows the median's and the exact Wilcoxon test's verdicts,
+    or why each gives none; no other claim is re-judged; the rule's verdict is what its check gives, and the
+    helpers the re-judging replaces are restored."""
+    rows = ledger.ledger_rows()
+    claims = {c.key: (chapter, c) for chapter in results.claims.experiment_chapters()
+              for c in results.claims._claims_of(chapter)}
+    comparative = [r for r in rows if fragility.comparative(claims[r["key"]][1])]
+    assert len(comparative) >= 30 and all(r["others"] is None for r in rows if r not in comparative)
+    assert any(claims[r["key"]][1].test is not None and r["others"] is None for r in rows)  # the Spearman claim
+    for row in comparative:
+        assert len(row["others"]) == 2 and all(v or why for v, why in zip(row["others"], row["others_why"])), row
+        assert all(v in (None, REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE) for v in row["others"])
+        assert row["fragile"] == any(v is not None and v != row["verdict"] for v in row["others"])
+        chapter, claim = claims[row["key"]]
+        entry = results.cached(chapter, claim.result, "paper")
+        if entry.status == "current" and not row["provisional"]:
+            assert claim.evaluate(entry.payload)[1] == row["verdict"], row["key"]
+    judged = [r for r in comparative if r["others"] != (None, None)]
+    assert judged and any(r["fragile"] for r in judged) and any(not r["fragile"] for r in judged)
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("gmp") and hasattr(module, "paired_interval"):
+            assert module.paired_interval is results.claims.paired_interval
+    assert sum(r["fragile"] for r in rows) == sum(sum(c.values()) for source in SOURCES
+                                                  for c in ledger.fragile_counts(rows, "finding", source).values())
+
+
+def test_the_re_judging_is_no_part_of_any_caches_code():
+    """:mod:`gmp.results.fragility` is imported only by the ledger (in RENDERING), so editing it leaves every
+    cache current."""
+    for chapter in results.claims.experiment_chapters():
+        found = results.fingerprint.chapter_modules(chapter)
+        assert found is None or ("results/fragility.py" not in found and "results/claims.py" in found), chapter

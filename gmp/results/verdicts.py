@@ -27,6 +27,7 @@ from gmp.results import cache as _cache
 from gmp.results import claims as _claims
 from gmp.results.claims import NotYetRun
 from gmp.results import files as _files
+from gmp.results import fragility as _fragility
 from gmp.results.claims import (CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPERS, SOURCES, STALE, Claim,
                                 rule_digest)
 
@@ -89,6 +90,13 @@ class Judgement:
     seen (:attr:`gmp.results.Claim.earlier_design`), where a cache still holds them."""
     caveat: str = ""
     """What the verdict rests on that its measurement does not say (:attr:`gmp.results.Claim.caveat`), or ""."""
+    others: _fragility.Fragility | None = None
+    """The verdicts of the two other statistics of a comparative claim (:mod:`gmp.results.fragility`), else None."""
+
+    @property
+    def fragile(self) -> bool:
+        """Whether an other statistic gives another verdict than the rule (:attr:`others`)."""
+        return self.others is not None and self.others.fragile
 
     @property
     def category(self) -> str:
@@ -214,19 +222,22 @@ def judge(chapter: str, claim: Claim) -> Judgement:
             payload = claim.unfinished(entry.units) if claim.unfinished is not None and entry.journalled else None
         except MALFORMED as err:
             return Judgement(claim, f"the journalled units are malformed: the rule cannot read them "
-                                    f"({type(err).__name__}: {err})", CORRUPT)
+                                    f"({type(err).__name__}: {err})", CORRUPT,
+                             others=_fragility.fragility(claim, None, CORRUPT))
         if payload is None:
-            return Judgement(claim, "—", NOT_RUN)
+            return Judgement(claim, "—", NOT_RUN, others=_fragility.fragility(claim, None, NOT_RUN))
         measured, verdict, _ = _evaluate(claim, payload, "the journalled units are")
         return Judgement(claim, f"unfinished run: {measured}", verdict, provisional=verdict != CORRUPT,
                          why_provisional=UNFINISHED_REASON, rule_status=UNKNOWN,
-                         rule_note="An unfinished run records no rule hashes.")
+                         rule_note="An unfinished run records no rule hashes.",
+                         others=_fragility.fragility(claim, payload, verdict, measured))
     if entry.status in ("stale", "corrupt"):
-        return Judgement(claim, "—", STALE if entry.status == "stale" else CORRUPT)
+        verdict = STALE if entry.status == "stale" else CORRUPT
+        return Judgement(claim, "—", verdict, others=_fragility.fragility(claim, None, verdict))
     status, note, earlier = _rule_status(claim, entry.provenance or {})
     measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
     if verdict == NOT_RUN:  # the cache predates the claim's units: no run of them to state a rule status for
-        return Judgement(claim, measured, NOT_RUN)
+        return Judgement(claim, measured, NOT_RUN, others=_fragility.fragility(claim, None, NOT_RUN))
     recorded = ((entry.provenance or {}).get("code") or {}).get("rules") or {}
     found = (rulestatus.status(chapter, claim, entry.provenance or {}, entry.payload, verdict)
              if claim.earlier is None and verdict in KIND_VERDICTS[claim.kind] else None)
@@ -255,7 +266,8 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         gave = _earlier_gave(claim) if after else ""
     return Judgement(claim, measured, verdict, provisional=bool(why), why_provisional=why,
                      rule_status=status, rule_note=note, earlier=old, earlier_label=label,
-                     earlier_gave=gave, design=_design(claim), caveat=caveat)
+                     earlier_gave=gave, design=_design(claim), caveat=caveat,
+                     others=_fragility.fragility(claim, entry.payload, verdict, measured))
 
 
 def _judged_at_run(chapter: str, claim: Claim, provenance: Mapping[str, Any], payload: Mapping[str, Any],
@@ -442,12 +454,40 @@ def design_sentence(judgement: Judgement) -> str:
             f"{design_direction(judgement)}.")
 
 
+OTHER_NAMES = {_fragility.MEDIAN: "by the median", _fragility.EXACT: "by the exact Wilcoxon test"}
+"""How the ledger names the two other statistics of :mod:`gmp.results.fragility`."""
+FRAGILE = "fragile"
+"""How the ledger marks a comparative verdict that one of the two other statistics does not share."""
+
+
+def _others_html(judgement: Judgement, full: bool = False) -> str:
+    """The verdicts of the two other statistics of a comparative claim (marked fragile where one differs from
+    the rule's), each with why it gives none where it gives none; "" for a claim that is not comparative, or (unless
+    ``full``) for one whose rule judged no run."""
+    found = judgement.others
+    if found is None or not (full or judgement.verdict in KIND_VERDICTS[judgement.claim.kind]):
+        return ""
+    parts = []
+    for other in found.alternatives:
+        if other.verdict:
+            note = f' <small title="{html.escape(other.why, quote=True)}">({html.escape(other.why)})</small>' \
+                if full and other.why else ""
+            parts.append(f"{OTHER_NAMES[other.statistic]} {_verdict_html(other.verdict)}{note}")
+        else:
+            parts.append(f"{OTHER_NAMES[other.statistic]} no verdict ({html.escape(other.why)})")
+    mark = f'<strong class="gmp-fragile-mark">{FRAGILE}</strong>: ' if found.fragile else ""
+    return (f'<small class="gmp-fragility" data-fragile="{str(found.fragile).lower()}">{mark}other statistics: '
+            f'{"; ".join(parts)}</small>')
+
+
 def _judgement_html(judgement: Judgement) -> str:
     """The verdict (marked provisional where it is), its caveat, the rule's status, the earlier
     rule's verdict and the earlier design's."""
     out = _verdict_html(judgement.verdict, judgement.provisional, judgement.why_provisional)
     if judgement.caveat:
         out += f'<br><small class="gmp-caveat">{html.escape(judgement.caveat)}</small>'
+    if _others_html(judgement):
+        out += f'<br>{_others_html(judgement)}'
     if judgement.rule_status:
         out += f'<br><small class="gmp-rule-status">{html.escape(judgement.rule_status)}</small>'
     if judgement.earlier is not None:
@@ -497,7 +537,10 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
     in), whether it is ``"provisional"``, the tally ``"category"`` (:attr:`Judgement.category`), the
     ``"rule_status"``, the ``"earlier"`` verdict (of the earlier rule on the run, where replaced since,
     else None), the ``"paper"`` key, the claim's ``"key"``, its ``"caveat"`` (what the verdict rests on that its
-    measurement does not say, or ""), the ``"baseline"`` it is about (or "") and its ``"earlier_design"`` (``(verdict of its runs kept in a cache or None, verdict at the run
+    measurement does not say, or ""), the ``"baseline"`` it is about (or ""), whether it is ``"fragile"``
+    (:attr:`Judgement.fragile`), the ``"others"`` (the verdicts of the median and of the exact Wilcoxon test,
+    each None where it gives none, :mod:`gmp.results.fragility`; None for a claim that is not comparative) and
+    ``"others_why"`` (what each says beside its verdict, or why it gives none), and its ``"earlier_design"`` (``(verdict of its runs kept in a cache or None, verdict at the run
     seen)`` where the headline design was replaced after a run of it was seen, else None).
     """
     rows = []
@@ -525,6 +568,11 @@ def ledger_rows(link_prefix: str = "") -> list[dict[str, Any]]:
                          "provisional": j.provisional, "category": j.category, "rule_status": j.rule_status,
                          "earlier": None if j.earlier is None else j.earlier[1], "paper": claim.paper,
                          "key": claim.key, "caveat": j.caveat, "baseline": claim.baseline,
+                         "Others": (f'<p><strong>Other statistics.</strong> {_others_html(j, full=True)}</p>'
+                                    if j.others is not None else ""),
+                         "fragile": j.fragile, "others": None if j.others is None else
+                         tuple(a.verdict or None for a in j.others.alternatives),
+                         "others_why": None if j.others is None else tuple(a.why for a in j.others.alternatives),
                          "earlier_design": None if claim.earlier_design is None else (
                              j.design[1] if j.design is not None else None, claim.earlier_design.gave)})
     return rows
@@ -549,6 +597,34 @@ def ledger_counts(rows: list[dict[str, Any]], kind: str, source: str | None = No
     for row in mine:
         counts[row["Paper"]][row["category"]] += 1
     return counts
+
+
+def fragile_counts(rows: list[dict[str, Any]], kind: str, source: str | None = None) -> dict[str, dict[str, int]]:
+    """Per paper and tally category (as :func:`ledger_counts`), how many of those claims are fragile (a verdict
+    that the median or the exact Wilcoxon test does not share, :mod:`gmp.results.fragility`); categories
+    without any are left out."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        if row["kind"] == kind and source in (None, row["source"]) and row.get("fragile"):
+            paper = counts.setdefault(row["Paper"], {})
+            paper[row["category"]] = paper.get(row["category"], 0) + 1
+    return counts
+
+
+def fragility_sentence(rows: list[dict[str, Any]]) -> str:
+    """What the ledger says of its comparative verdicts: what the two other statistics are, how many verdicts
+    they re-judge, how many are fragile, and which claims are left out."""
+    judged_rows = [r for r in rows if r.get("others") is not None and r["verdict"] in KIND_VERDICTS[r["kind"]]]
+    fragile = [r for r in judged_rows if r["fragile"]]
+    without = [r for r in judged_rows if None in r["others"]]
+    return (f"Each comparative verdict (one method against another over paired runs) is re-judged, with its rule's "
+            f"own mapping, by the median of the paired differences (with its distribution-free interval; where a "
+            f"rule compares the methods' means, their medians) and by "
+            f"the exact Wilcoxon signed-rank test, at the rule's level; a verdict either does not share is marked "
+            f"{FRAGILE}, and no rule's verdict changes. Of the {len(judged_rows)} comparative verdicts judged on a "
+            f"run, {len(fragile)} {'is' if len(fragile) == 1 else 'are'} {FRAGILE}"
+            + (f"; {len(without)} lack an other verdict, each saying why" if without else "")
+            + f". {_fragility.LEFT_OUT}")
 
 
 def _slug(text: str) -> str:
@@ -579,9 +655,12 @@ def _summary_html(rows: list[dict[str, Any]], kind: str, source: str) -> str:
                       f'title="{html.escape(c)}: {n}"></span>' for c, n in present)
         about = {c: sum(1 for r in rows if r["kind"] == kind and r["source"] == source and r["Paper"] == paper
                         and r["category"] == c and r.get("baseline")) for c, _ in present}
+        fragile = fragile_counts(rows, kind, source).get(paper, {})
         words = ", ".join(f'{n} {_verdict_html(c.removesuffix(f" ({PROVISIONAL})"), PROVISIONAL in c, TALLY_REASON)}'
                           + (f' <small class="gmp-baseline" data-count="{about[c]}">({about[c]} of them about a '
                              f'baseline, not the paper\'s own method)</small>' if about[c] else "")
+                          + (f' <small class="gmp-fragile" data-count="{fragile[c]}">({fragile[c]} of them '
+                             f'{FRAGILE})</small>' if fragile.get(c) else "")
                           for c, n in present)
         lines.append(f'<tr data-paper="{_slug(paper_keys[paper])}" data-total="{total}"><th>{paper}</th>'
                      f'<td class="gmp-bar-cell"><span class="gmp-bar">{bar}</span></td>'
@@ -596,7 +675,7 @@ def _claim_entry_html(row: dict[str, Any]) -> str:
     note = f'<br><small class="gmp-claim-note">{row["Note"]}</small>' if row["Note"] else ""
     return (f'<details class="gmp-claim" id="{claim_anchor(row["key"])}" data-paper="{_slug(row["paper"])}" '
             f'data-verdict="{_slug(row["verdict"])}" data-source="{row["source"]}"'
-            f'{" data-provisional" * row["provisional"]}>'
+            f'{" data-provisional" * row["provisional"]}{" data-fragile" * bool(row.get("fragile"))}>'
             f'<summary><span class="gmp-claim-paper">{row["Paper"]}<br><small>{row["Chapter"]}</small></span>'
             f'<span class="gmp-claim-short">{row["Short"]}{note}</span>'
             f'<span class="gmp-claim-verdict">{row["Verdict"]}</span>'
@@ -605,7 +684,7 @@ def _claim_entry_html(row: dict[str, Any]) -> str:
             f'<div class="gmp-claim-body"><p><strong>Claim.</strong> {row["Claim"]}</p>'
             f'<p><strong>Rule.</strong> {row["Rule"]}</p>'
             + (f'<p><strong>Rule and run.</strong> {row["Rule status"]}</p>' if row["Rule status"] else "")
-            + row["Earlier"]
+            + row["Earlier"] + row.get("Others", "")
             + f'<p><strong>Measured at paper scale.</strong> {row["Measured at paper scale"]}</p>'
             f'<p><small>Chapter {row["Chapter"]}, claim <code>{html.escape(row["key"])}</code></small></p>'
             f'</div></details>')
@@ -643,6 +722,7 @@ def ledger(link_prefix: str = ""):
     if not rows:
         return _table(rows)
     inputs, filters = _filters_html(rows)
+    filters += f'<p class="gmp-fragility-note">{html.escape(fragility_sentence(rows))}</p>'
     head = ('<div class="gmp-claim-head"><span>Paper</span><span>Claim (click to open: full text and rule)</span>'
             '<span>Verdict</span><span>Deciding number (paper scale)</span></div>')
     parts = []
@@ -693,10 +773,11 @@ def verdict_box(chapter: str, ledger_href: str = "../claims.html"):
         if j.claim.earlier_design is not None:
             earlier += f'<small> ({_design_line_html(j)})</small>'
         caveat = f'<small class="gmp-caveat"> ({html.escape(j.caveat)})</small>' if j.caveat else ""
+        others = f' {_others_html(j)}' if _others_html(j) else ""
         items.append(f'<li data-verdict="{_slug(j.verdict)}"><span class="gmp-verdict-cell">'
                      f'{_verdict_html(j.verdict, j.provisional, j.why_provisional)}</span>'
                      f'<span><a href="{ledger_href}#{claim_anchor(j.claim.key)}">{html.escape(short_text(j.claim))}</a>'
-                     f'{caveat}{labels.get(j.claim.source, "")}{about.get(j.claim.key, "")}{earlier}{number}</span></li>')
+                     f'{caveat}{labels.get(j.claim.source, "")}{about.get(j.claim.key, "")}{earlier}{others}{number}</span></li>')
     return HTML('<div class="admonition note gmp-verdicts"><p class="admonition-title">Verdicts of this chapter '
                 f'(paper scale)</p><ul class="gmp-verdict-list">{"".join(items)}</ul>'
                 '<p class="gmp-verdict-links">Each verdict follows the claim\'s stated rule from the cached '
