@@ -388,7 +388,7 @@ def _device_arg(text: str) -> str:
     return text
 
 
-def _dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+def dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """``argv`` with a value that starts with '-' but is no option joined to its option (``--mem -3G`` as
     ``--mem=-3G``), so that the option's own check names what is wrong with it: argparse took it for an unknown
     option and said only "--mem: expected one argument"."""
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "commit before the rewrite, uncommitted or last committed)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     cluster.add_arguments(parser)
-    args = parser.parse_args(_dash_values(parser, sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(dash_values(parser, sys.argv[1:] if argv is None else argv))
     if args.chapter and ("/" in args.chapter or args.chapter.endswith((".md", ".ipynb"))):
         parser.error(f"give the chapter by its name, {Path(args.chapter).stem}, not as the path {args.chapter}")
     try:
