@@ -84,6 +84,11 @@ class Options:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
         if self.gpus_per_task < 0:
             raise ValueError(f"--gpus-per-task must be 0 or more, not {self.gpus_per_task}")
+        slurm_only = [flag for flag, value in (("--partition", self.partition), ("--mem", self.mem_gb),
+                                               ("--account", self.account)) if value is not None]
+        if slurm_only and self.executor != "slurm":
+            raise ValueError(f"{', '.join(slurm_only)} ask Slurm for something, and --executor {self.executor} runs no "
+                             "Slurm job: drop them, or use --executor slurm")
 
     def flags(self) -> str:
         """The options as command-line flags, for the provenance's command."""
@@ -153,6 +158,9 @@ def options_from(args: Any) -> Options | None:
         if given:
             raise ValueError(f"--{given[0].replace('_', '-')} goes with --executor slurm (or local)")
         return None
+    if args.gpus_per_task and args.device == "cpu":
+        raise ValueError(f"--gpus-per-task {args.gpus_per_task} gives each task GPUs that --device cpu leaves idle: use "
+                         "--device cuda (or auto), or drop --gpus-per-task")
     return Options(args.executor, partition=args.partition,
                    time_min=60 if args.time is None else time_minutes(args.time),
                    cpus_per_task=1 if args.cpus_per_task is None else args.cpus_per_task,
@@ -445,7 +453,7 @@ def wait(options: Options, tasks: Sequence[Task], journal: Path, jobs: Sequence[
 
 def check_chapter(chapter: str) -> None:
     """A ValueError unless ``chapter`` splits into independent units that ``--executor`` can run as tasks."""
-    units_of(chapter, "for --executor")
+    units_of(chapter, "for --executor", but=DEPENDENT_UNITS)
     if chapter in DEPENDENT_UNITS:
         raise ValueError(f"--executor runs each unit as its own task, and {chapter} cannot: {DEPENDENT_UNITS[chapter]}")
 
@@ -477,6 +485,9 @@ def execute(options: Options, chapter: str, scale: str, device: str, seed: int, 
     started = time.time()
     tasks: list[Task] = []
     failed: list[Task] = []
+    if not keys and not waiting:
+        print(f"gmp.runs: every unit of {chapter} is journalled or cached already: nothing to submit, the notebook "
+              f"assembles the cache from them", file=sys.stderr)
     if waiting:
         print(f"gmp.runs: {len(waiting)} units of {chapter} are still queued or running from an earlier submission; "
               f"waiting for them", file=sys.stderr)

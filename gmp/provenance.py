@@ -14,6 +14,7 @@ import contextlib
 import os
 import platform
 import subprocess
+from collections.abc import Collection
 from pathlib import Path
 
 import torch
@@ -81,12 +82,14 @@ UNITS_FILE = "units.jsonl.gz"
 :func:`gmp.verification.verify` and :func:`gmp.verification.restamp`."""
 
 
-def units_of(chapter: str, purpose: str = "for --jobs workers; run it without --jobs"):
+def units_of(chapter: str, purpose: str = "for --jobs workers; run it without --jobs", but: Collection[str] = ()):
     """The ``units`` function of the chapter's experiment module (see :func:`gmp.runs.prefill`); a ValueError
-    naming the chapters that have one where it has none (``purpose``: what the units were wanted for)."""
+    naming the chapters that have one, ``but`` those (which cannot serve ``purpose``), where it has none
+    (``purpose``: what the units were wanted for)."""
     units = getattr(_config.experiment(chapter), "units", None)
     if units is None:
-        splitting = [c for c in _results.experiment_chapters() if hasattr(_config.experiment(c), "units")]
+        splitting = [c for c in _results.experiment_chapters()
+                     if hasattr(_config.experiment(c), "units") and c not in but]
         raise ValueError(f"{chapter} does not split into independent units {purpose} "
                          f"(these split: {', '.join(splitting)})")
     return units

@@ -388,6 +388,21 @@ def _device_arg(text: str) -> str:
     return text
 
 
+def dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with a value that starts with '-' but is no option joined to its option (``--mem -3G`` as
+    ``--mem=-3G``), so that the option's own check names what is wrong with it: argparse took it for an unknown
+    option and said only "--mem: expected one argument"."""
+    valued = {flag for action in parser._actions if action.option_strings and action.nargs is None
+              for flag in action.option_strings}
+    joined: list[str] = []
+    for arg in argv:
+        if joined and joined[-1] in valued and arg.startswith("-") and arg not in parser._option_string_actions:
+            joined[-1] += f"={arg}"
+        else:
+            joined.append(arg)
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gmp.runs", description=__doc__.split("\n\n")[0])
     parser.add_argument("chapter", nargs="?", help="chapter name, e.g. chen_uci (the stem of book/<part>/<chapter>.md)")
@@ -419,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
                                         "commit before the rewrite, uncommitted or last committed)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     cluster.add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(dash_values(parser, sys.argv[1:] if argv is None else argv))
+    if args.chapter and ("/" in args.chapter or args.chapter.endswith((".md", ".ipynb"))):
+        parser.error(f"give the chapter by its name, {Path(args.chapter).stem}, not as the path {args.chapter}")
     try:
         executor = cluster.options_from(args)
     except ValueError as err:

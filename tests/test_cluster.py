@@ -236,6 +236,14 @@ def test_time_limits_in_slurms_forms_are_whole_minutes(text, minutes):
     (["--executor", "slurm", "--chapter", "lu_real"], "--executor runs each unit as its own task, and lu_real "
                                                       "cannot: its units are the epochs of each network"),
     (["--executor", "local", "--chapter", "chen_vgg"], "chen_vgg does not split into independent units for --executor"),
+    (["--executor", "slurm", "--mem", "-3G"], "--mem '-3G' is not an amount of memory"),
+    (["--executor", "local", "--partition", "gpu"], "--partition ask Slurm for something, and --executor local runs "
+                                                    "no Slurm job: drop them, or use --executor slurm"),
+    (["--executor", "local", "--mem", "3G", "--account", "a"], "--mem, --account ask Slurm for something"),
+    (["--executor", "slurm", "--device", "cpu", "--gpus-per-task", "1"], "--gpus-per-task 1 gives each task GPUs "
+                                                                         "that --device cpu leaves idle"),
+    (["--executor", "local", "--chapter", "book/part3/sbsnn_gap.md"], "give the chapter by its name, sbsnn_gap, "
+                                                                      "not as the path book/part3/sbsnn_gap.md"),
 ])
 def test_cluster_options_are_checked_before_anything_is_submitted(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
@@ -245,6 +253,29 @@ def test_cluster_options_are_checked_before_anything_is_submitted(tmp_path, monk
         runs.main([chapter, "--scale", "smoke", *args])
     assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_chapters_offered_for_executor_are_those_it_can_run(tmp_path, monkeypatch, capsys):
+    """Issue #48's probe: the refusal of chen_vgg offered lu_real, which --executor refuses too."""
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    with pytest.raises(SystemExit):
+        runs.main(["chen_vgg", "--scale", "smoke", "--executor", "local"])
+    offered = capsys.readouterr().err.split("(these split: ")[1].split(")")[0].split(", ")
+    assert "chen_levy" in offered
+    for chapter in offered:
+        cluster.check_chapter(chapter)
+
+
+def test_an_executor_with_nothing_to_submit_says_so(tmp_path, monkeypatch, capsys):
+    """Issue #48's probe: --executor slurm where sbatch is missing ran and cached without a word when the cache
+    held every unit (nothing was submitted)."""
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    cfg = config.load("chen_levy", "smoke")
+    journal = results.journal_path("chen_levy", "smoke", cfg.digest)
+    results.append_journal(journal, [json.dumps({"key": key, "value": 0.0})
+                                     for key in cluster.unit_keys("chen_levy", cfg, 0)])
+    assert cluster.execute(cluster.Options("local"), "chen_levy", "smoke", "cpu", 0, journal)["submitted_units"] == 0
+    assert "every unit of chen_levy is journalled or cached already: nothing to submit" in capsys.readouterr().err
 
 
 def test_the_local_executor_journals_the_unit_a_run_on_one_machine_computes(tmp_path, monkeypatch):

@@ -413,6 +413,7 @@ def test_the_units_form_writes_the_gpu_json_that_merge_reads(tmp_path, monkeypat
 
 @pytest.mark.parametrize("seconds, message", [("nan", "a NaN or infinite deadline would never stop"),
                                               ("inf", "a NaN or infinite deadline"), ("-5", "a negative one would run"),
+                                              ("-inf", "got '-inf' (a NaN or infinite deadline"),
                                               ("0", "seconds > 0, got 0"), ("soon", "a number of seconds, got 'soon'")])
 def test_the_gpu_command_refuses_a_deadline_it_cannot_keep(tmp_path, capsys, seconds, message):
     """Issue #48's probe: ``units --seconds nan`` ran with no deadline at all, ``--seconds -5`` ran nothing, both
@@ -430,8 +431,28 @@ def test_the_lease_refuses_a_deadline_within_the_time_it_keeps_to_write(tmp_path
     """My probe of the lease form: ``--seconds 5`` probed, then said "-0.5 min left" and exited 0."""
     with pytest.raises(SystemExit) as exit:
         gpu.command.main(["lease", str(tmp_path), "--device", "cpu", "--scale", "smoke", "--seconds", "5"])
-    assert exit.value.code == 2 and "--seconds must be more than 30, got '5'" in capsys.readouterr().err
+    assert exit.value.code == 2 and "argument --seconds: the lease keeps its last 30 s to write what it did, so it " \
+                                    "must be more than 30 s, got '5'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--lease-seconds", "20"], "argument --lease-seconds: the lease keeps its last 30 s to write what it did"),
+    (["--seconds", "90", "--lease-seconds", "40"], "--lease-seconds 40 is less than --seconds 90: the machine goes "
+                                                   "back before this command's deadline"),
+    (["--state", "FILE"], "FILE is a file, not a folder"), (["OUT=FILE"], "FILE is a file, not a folder")])
+def test_the_lease_refuses_a_lease_or_a_folder_it_cannot_use(tmp_path, capsys, options, message):
+    """Issue #48's probe: ``--lease-seconds 20`` trained nothing ("-0.3 min left") and exited 0, a lease shorter
+    than ``--seconds`` ran past the machine's return, and a state folder or OUT that is a file failed with a
+    traceback (OUT's before anything was written, the state's after the group had trained)."""
+    file = tmp_path / "file"
+    file.write_text("")
+    out = file if options == ["OUT=FILE"] else tmp_path / "out"
+    options = [str(file) if o == "FILE" else o for o in options if o != "OUT=FILE"]
+    with pytest.raises(SystemExit) as exit:
+        gpu.command.main(["lease", str(out), "--device", "cpu", "--scale", "smoke", *options])
+    assert exit.value.code == 2 and message.replace("FILE", str(file)) in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == [file]
 
 
 @pytest.mark.parametrize("option, value, message", [("--device", "tpu", "'tpu' is no device torch knows"),

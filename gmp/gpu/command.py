@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from gmp.runs import dash_values
+
 from .chapters import smoke
 from .files import environment, return_problems, within_return_limits, write_json
 from .lu_real import load_group, train_group
@@ -49,9 +51,17 @@ def _lease_seconds(text: str) -> float:
     """The lease form's deadline: more than the 30 s it keeps at the end to write its journal and summary."""
     value = _seconds(text)
     if value <= 30:
-        raise argparse.ArgumentTypeError(f"the lease keeps its last 30 s to write what it did, so --seconds must be "
-                                         f"more than 30, got {text!r}: nothing could run")
+        raise argparse.ArgumentTypeError(f"the lease keeps its last 30 s to write what it did, so it must be more "
+                                         f"than 30 s, got {text!r}: nothing could run")
     return value
+
+
+def _folder(text: str) -> Path:
+    """A folder the command writes in: a path that is a file failed with a traceback after the group had trained."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: name a folder (it is made if missing)")
+    return path
 
 
 def _seconds_or_none(text: str) -> float:
@@ -70,27 +80,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["units"]:
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu units", description=compute_units.__doc__.split("\n")[0])
-        parser.add_argument("out", type=Path)
+        parser.add_argument("out", type=_folder)
         parser.add_argument("chapter", choices=UNIT_CHAPTERS)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
         parser.add_argument("--device", default="cuda", type=_device)
         parser.add_argument("--seconds", type=_seconds, required=True, help="time until the deadline")
         parser.add_argument("--seed", type=int, default=0)
-        args = parser.parse_args(argv[1:])
+        args = parser.parse_args(dash_values(parser, argv[1:]))
         write_json(args.out / "gpu.json", environment(args.device))  # what merge reads the units' device from
         compute_units(args.out, args.chapter, args.scale, args.device, time.monotonic() + args.seconds, args.seed)
         return 0
     if argv[:1] == ["stacked"]:
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu stacked",
                                          description=compute_units_stacked.__doc__.split("\n")[0])
-        parser.add_argument("out", type=Path)
+        parser.add_argument("out", type=_folder)
         parser.add_argument("chapters", nargs="+", choices=STACKED_CHAPTERS)
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
         parser.add_argument("--device", default="cuda", type=_device)
         parser.add_argument("--seconds", type=_seconds, required=True, help="time until the deadline")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--probe-only", action="store_true", help="predict each queue's time; train nothing")
-        args = parser.parse_args(argv[1:])
+        args = parser.parse_args(dash_values(parser, argv[1:]))
         write_json(args.out / "gpu.json", environment(args.device))
         compute_units_stacked(args.out, args.chapters, args.scale, args.device, time.monotonic() + args.seconds,
                               args.seed, args.probe_only)
@@ -99,13 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .lease import STATE, lease
 
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu lease", description=lease.__doc__.split("\n")[0])
-        parser.add_argument("out", type=Path, help="the folder whose contents come back (e.g. $OUT)")
+        parser.add_argument("out", type=_folder, help="the folder whose contents come back (e.g. $OUT)")
         parser.add_argument("--seconds", type=_lease_seconds, default=570,
                             help="this command's deadline (default 570; more than the 30 s it keeps to write)")
-        parser.add_argument("--lease-seconds", type=_seconds, default=None,
+        parser.add_argument("--lease-seconds", type=_lease_seconds, default=None,
                             help="device time the lease has left as this command starts (default: --seconds); a "
                                  "group that needs more than this command saves its state for the next")
-        parser.add_argument("--state", type=Path, default=STATE, help="the state folder (default _gpu_state/)")
+        parser.add_argument("--state", type=_folder, default=STATE, help="the state folder (default _gpu_state/)")
         parser.add_argument("--measure-seconds", type=_seconds_or_none, default=60,
                             help="budget of OUT/measure.json (default 60; 0 skips it)")
         parser.add_argument("--smoke-seconds", type=_seconds_or_none, default=110,
@@ -114,13 +124,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("--scale", default="paper", choices=["smoke", "small", "paper"])
         parser.add_argument("--networks", type=_networks, default=None, help="networks of the group (default: what fits)")
         parser.add_argument("--seed", type=int, default=0)
-        args = parser.parse_args(argv[1:])
+        args = parser.parse_args(dash_values(parser, argv[1:]))
+        if args.lease_seconds is not None and args.lease_seconds < args.seconds:
+            parser.error(f"--lease-seconds {args.lease_seconds:g} is less than --seconds {args.seconds:g}: the machine "
+                         "goes back before this command's deadline; give --seconds at most the lease's time")
         return lease(args.out, args.seconds, args.lease_seconds, args.state, args.measure_seconds, args.smoke_seconds,
                      args.device, args.scale, args.networks, args.seed)
     if argv[:1] == ["merge"]:
         parser = argparse.ArgumentParser(prog="python -m gmp.gpu merge", description=merge.__doc__.split("\n")[0])
         parser.add_argument("out", type=Path)
-        args = parser.parse_args(argv[1:])
+        args = parser.parse_args(dash_values(parser, argv[1:]))
         try:
             added = merge(args.out)
         except ValueError as err:
@@ -129,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"added {len(added)} journal entries")
         return 0
     parser = argparse.ArgumentParser(prog="python -m gmp.gpu", description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path, help="the folder whose contents come back (e.g. $OUT)")
+    parser.add_argument("out", type=_folder, help="the folder whose contents come back (e.g. $OUT)")
     parser.add_argument("--seconds", type=_seconds, default=530, help="the whole command's deadline (default 530)")
     parser.add_argument("--smoke-seconds", type=_seconds, default=110, help="budget of the chapters' smoke run")
     parser.add_argument("--device", default="cuda", type=_device)
@@ -145,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "order given; none to skip it)")
     parser.add_argument("--unit-by-unit", action="store_true",
                         help="the second job without the stacked fit (each unit by itself, resumable)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(dash_values(parser, argv))
     begin = time.monotonic()
     deadline = begin + args.seconds - 30  # room to write the journal (one write) and the summary
     out = args.out
