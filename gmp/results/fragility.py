@@ -27,7 +27,7 @@ those means, and differs from the rule only where the rule asks its interval.
 A design that cannot reach the level (too few pairs: the smallest two-sided p of an exact test over 5 pairs is
 1/16) gives an unbounded interval, never beyond noise, and the alternative says so. For a rule that decides by
 a count of wins (the sign test, one-sided "greater"), the differences are read from the payload by the claim's
-extractor (:data:`_COUNTED`) and mapped as its rule maps the count: beyond noise in the claimed direction ->
+extractor (``_COUNTED``) and mapped as its rule maps the count: beyond noise in the claimed direction ->
 reproduced; beyond noise the other way -> not reproduced; else inconclusive.
 
 A rule's verdict that either other statistic does not share is *fragile*. No rule's verdict is changed. A NaN
@@ -259,9 +259,9 @@ def _fig6_gains(payload: Mapping[str, Any]) -> list[float]:
 
 
 def _rotated_gains(payload: Mapping[str, Any]) -> list[float]:
-    from gmp.experiments import sbsnn_author_figs
+    from gmp import config  # the chapter's module by name, as the ledger reads every chapter's claims
 
-    pairs, *_ = sbsnn_author_figs._rotated_wins(payload)
+    pairs, *_ = config.experiment("sbsnn_author_figs")._rotated_wins(payload)
     return [rotated - nerf for _, nerf, rotated in pairs]
 
 

@@ -90,7 +90,8 @@ def floor_per_network_step(depth: int = 200, width: int = 500, batch: int = 64, 
 LEASE_MINUTES = 15.0
 """A GPU lease's device time, all its commands together, the machine's start included."""
 START_AND_MEASURE_MINUTES = 2.5
-"""What a lease spends before it trains: the machine's start (about 45 s), the measurement (60 s) and the planner's probe."""
+"""The minutes a lease spends before it trains (the machine's start, about 45 s; the measurement, 60 s; the planner's
+probe)."""
 
 
 def lease_measurements(leases: Path | None = None) -> list[dict[str, Any]]:
