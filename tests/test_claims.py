@@ -297,6 +297,27 @@ def test_levy_arms_compare_gmp_and_the_others_at_the_rate_named():
     # GmP at 0.01 is set far worse than the others: not reproduced there; at 0.1 the others are far worse.
     assert _claim(chen_levy_arms, "chen-levy-rmse-lr001").evaluate(payload)[1] == NOT_REPRODUCED
     assert _claim(chen_levy_arms, "chen-levy-rmse-lr01").evaluate(payload)[1] == REPRODUCED
+    # The earlier design's comparison reads every method from its earlier-draw arm, none from the chapter's runs.
+    earlier = chen_levy_arms.comparison(payload, "GmP earlier draw", "earlier draw")
+    assert all(earlier["runs"][m] is arms[f"{m} earlier draw"] for m in chen_levy.METHODS)
+
+
+def test_levy_earlier_draw_arms_train_on_the_earlier_draw_at_the_official_rates():
+    import torch
+
+    from gmp.data import levy
+    from gmp.experiments import chen_levy, chen_levy_arms
+
+    cfg = gmp.load_config("chen_levy_arms", "paper")
+    for method in chen_levy.METHODS:
+        arm_cfg = chen_levy_arms.arm_config(cfg, chen_levy_arms.ARMS[f"{method} earlier draw"])
+        assert arm_cfg.lr[method] == chen_levy.CONFIG["paper"]["lr"][method] and arm_cfg.gmp_init == "glorot"
+        assert torch.equal(chen_levy.levy_data(arm_cfg, 3).x_train, levy(seed=3, draw="default_rng").x_train)
+    chapter = chen_levy_arms.arm_config(cfg, chen_levy_arms.ARMS["GmP rerun"])
+    assert torch.equal(chen_levy.levy_data(chapter, 3).x_train, chen_levy.levy_data(gmp.load_config("chen_levy", "paper"),
+                                                                                     3).x_train)
+    design = _claim(chen_levy, "chen-levy-rmse").earlier_design
+    assert (design.kept_as, design.chapter) == ("chen-levy-rmse-earlier-draw", "chen_levy_arms")
 
 
 def test_levy_unit_activity_counts_dead_and_linear_units_on_the_data():

@@ -60,6 +60,20 @@ def test_levy_seed_zero_is_the_official_draw():
     assert x[1].item() == pytest.approx(-10 + 20 * 0.7151893663724195, abs=1e-12)
 
 
+def test_levy_earlier_draw_is_default_rng_and_differs_from_the_notebook_draw():
+    # NumPy's default_rng(0) makes 0.6369616873214543 and 0.2697867137638703 its first two uniforms on [0, 1):
+    # the book's draw until 2026-11-26, which the check arm of chen_levy_arms reruns.
+    earlier = levy(seed=0, draw="default_rng")
+    assert earlier.x_train[0, 0].item() == pytest.approx(-10 + 20 * 0.6369616873214543, abs=1e-12)
+    assert earlier.x_train[1, 0].item() == pytest.approx(-10 + 20 * 0.2697867137638703, abs=1e-12)
+    generator = np.random.default_rng(0)
+    x = generator.uniform(-10, 10, size=50)
+    noise = 0.1 * generator.standard_normal(50)
+    assert np.array_equal(earlier.y_train[:, 0].numpy(), levy_function(x) + noise)
+    assert not torch.equal(earlier.x_train, levy(seed=0).x_train)
+    assert torch.equal(earlier.x_test, levy(seed=0).x_test)
+
+
 def test_levy_bad_arguments():
     with pytest.raises(ValueError, match="n_train"):
         levy(n_train=0)
@@ -67,6 +81,8 @@ def test_levy_bad_arguments():
         levy(noise=-1.0)
     with pytest.raises(ValueError, match="seed"):
         levy(seed=-1)
+    with pytest.raises(ValueError, match="draw must be one of 'notebook', 'default_rng'"):
+        levy(draw="legacy")
 
 
 @pytest.mark.skipif(not _have_banana(), reason="banana data not under GMP_DATA")

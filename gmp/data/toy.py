@@ -68,7 +68,14 @@ def _check_seed(seed: int) -> int:
     return int(seed)
 
 
-def levy(n_train: int = 50, noise: float = 0.1, seed: int = 0, dtype: torch.dtype = torch.float64) -> ToyData:
+LEVY_DRAWS = ("notebook", "default_rng")
+"""How :func:`levy` draws its training points: as the official notebook does (``"notebook"``), or by NumPy's
+``default_rng(seed)`` (``"default_rng"``), the book's draw until 2026-11-26, kept for the check arm that reruns
+that earlier design (:mod:`gmp.experiments.chen_levy_arms`)."""
+
+
+def levy(n_train: int = 50, noise: float = 0.1, seed: int = 0, dtype: torch.dtype = torch.float64,
+         draw: str = "notebook") -> ToyData:
     """The Levy regression task of Fig. 2 of Chen & Ge.
 
     ``n_train`` inputs ``x ~ U(-10, 10)`` with targets ``f(x) + noise * N(0, 1)``; the test
@@ -76,15 +83,24 @@ def levy(n_train: int = 50, noise: float = 0.1, seed: int = 0, dtype: torch.dtyp
     (as in the official code). Tensors have shape (rows, 1) and the given ``dtype``
     (float64 as in the paper). The points and the noise are drawn as the official notebook
     draws them after ``np.random.seed(seed)`` (NumPy's legacy generator, the inputs first), so
-    seed 0 gives the training data of the paper's Fig. 2.
+    seed 0 gives the training data of the paper's Fig. 2. ``draw="default_rng"`` draws them instead by
+    ``np.random.default_rng(seed)``: the inputs, then the noise as ``noise`` times standard normals
+    (:data:`LEVY_DRAWS`).
     """
     if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
         raise ValueError(f"n_train must be an integer >= 1, got {n_train!r}")
     if not noise >= 0:
         raise ValueError(f"noise must be a standard deviation >= 0, got {noise!r}")
-    rng = np.random.RandomState(_check_seed(seed))  # the official notebook's draw, np.random.seed(seed)
-    x = rng.uniform(*LEVY_DOMAIN, size=(n_train, 1))[:, 0]
-    y = levy_function(x) + rng.normal(0.0, noise, size=(n_train, 1))[:, 0]
+    if draw == "notebook":
+        rng = np.random.RandomState(_check_seed(seed))  # the official notebook's draw, np.random.seed(seed)
+        x = rng.uniform(*LEVY_DOMAIN, size=(n_train, 1))[:, 0]
+        y = levy_function(x) + rng.normal(0.0, noise, size=(n_train, 1))[:, 0]
+    elif draw == "default_rng":
+        generator = np.random.default_rng(_check_seed(seed))
+        x = generator.uniform(*LEVY_DOMAIN, size=n_train)
+        y = levy_function(x) + noise * generator.standard_normal(n_train)
+    else:
+        raise ValueError(f"draw must be one of {', '.join(map(repr, LEVY_DRAWS))}, got {draw!r}")
     grid = np.linspace(*LEVY_DOMAIN, LEVY_TEST_POINTS)
 
     def column(values: np.ndarray) -> torch.Tensor:

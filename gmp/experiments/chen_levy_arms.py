@@ -32,25 +32,34 @@ from gmp.config import SCALES, Config, scaled
 from gmp.experiments import chen_levy
 from gmp.results import Claim, PowerTest, Store
 
+EARLIER_DRAW = "default_rng"
+"""The Levy draw of the chapter's headline until 2026-11-26 (:data:`gmp.data.toy.LEVY_DRAWS`), whose run was seen
+before the chapter moved to the official notebook's draw; its arms rerun that design."""
+
 ARMS: dict[str, dict[str, Any]] = {
-    "GmP lr 0.01": {"method": "GmP", "lr": 0.01, "init": "glorot"},
-    "SP lr 0.1": {"method": "SP", "lr": 0.1, "init": "glorot"},
-    "WN lr 0.1": {"method": "WN", "lr": 0.1, "init": "glorot"},
-    "BN lr 0.1": {"method": "BN", "lr": 0.1, "init": "glorot"},
-    "GmP uniform init": {"method": "GmP", "lr": 0.1, "init": "uniform"},
-    "GmP rerun": {"method": "GmP", "lr": 0.1, "init": "glorot"},
+    "GmP lr 0.01": {"method": "GmP", "lr": 0.01, "init": "glorot", "draw": "notebook"},
+    "SP lr 0.1": {"method": "SP", "lr": 0.1, "init": "glorot", "draw": "notebook"},
+    "WN lr 0.1": {"method": "WN", "lr": 0.1, "init": "glorot", "draw": "notebook"},
+    "BN lr 0.1": {"method": "BN", "lr": 0.1, "init": "glorot", "draw": "notebook"},
+    "GmP uniform init": {"method": "GmP", "lr": 0.1, "init": "uniform", "draw": "notebook"},
+    "GmP rerun": {"method": "GmP", "lr": 0.1, "init": "glorot", "draw": "notebook"},
+    **{f"{method} earlier draw": {"method": method, "lr": lr, "init": "glorot", "draw": EARLIER_DRAW}
+       for method, lr in chen_levy.CONFIG["paper"]["lr"].items()},
 }
-"""The arms, by name: method, learning rate and GmP initialisation ("glorot": the official
-conversion; "uniform": the paper text's uniform directions with ``r = 1``). "GmP rerun" repeats
-the chapter's GmP setting for its diagnostics."""
+"""The arms, by name: method, learning rate, GmP initialisation ("glorot": the official
+conversion; "uniform": the paper text's uniform directions with ``r = 1``) and the Levy draw
+("notebook": the official notebook's, as the chapter; :data:`EARLIER_DRAW`: the chapter's earlier
+design, every method at its official rate). "GmP rerun" repeats the chapter's GmP setting for its
+diagnostics."""
 
 CONFIG = scaled(**{scale: {**chen_levy.CONFIG[scale], "arms": ARMS} for scale in SCALES})
 
 def arm_config(cfg: Config, arm: Mapping[str, Any]) -> Config:
-    """The chapter's config of ``cfg`` with the arm's learning rate for its method and its GmP init."""
+    """The chapter's config of ``cfg`` with the arm's learning rate for its method, its GmP init and its Levy draw."""
     values = {k: v for k, v in cfg.items() if k != "arms"}
     values["lr"] = {**cfg.lr, arm["method"]: arm["lr"]}
     values["gmp_init"] = arm["init"]
+    values["levy_draw"] = arm["draw"]
     return Config("chen_levy", cfg.scale, values)
 
 
@@ -89,7 +98,7 @@ def _reference_units(cfg: Config, seeds: Sequence[int], device: torch.device | s
                      ) -> dict[str, Callable[[], dict[str, Any]]]:
     """The :func:`record` of the chapter's run of every method (at its official rate) on every seed of ``seeds``,
     by :func:`reference_key`."""
-    main_cfg = arm_config(cfg, {"method": "GmP", "lr": cfg.lr["GmP"], "init": cfg.gmp_init})
+    main_cfg = arm_config(cfg, {"method": "GmP", "lr": cfg.lr["GmP"], "init": cfg.gmp_init, "draw": "notebook"})
     return {reference_key(m, seed): (lambda m=m, s=seed: record(chen_levy.train_one(main_cfg, m, s, device)))
             for m in cfg.methods for seed in seeds}
 
@@ -167,6 +176,9 @@ COMPARISONS: dict[str, tuple[str, str | None, str]] = {
     "uniform init": ("GmP uniform init", None,
                      "GmP initialised as the paper's text says (uniform directions, r = 1), every method at its "
                      "official rate"),
+    "earlier draw": ("GmP earlier draw", "earlier draw",
+                     "the chapter's design until 2026-11-26: the Levy data drawn by NumPy's default_rng(seed), every "
+                     "method at its official rate"),
 }
 """The comparisons the claims judge: (GmP's runs, the others' runs, what is compared) as in :func:`comparison`."""
 
@@ -210,6 +222,12 @@ CLAIMS = [
                "conversion.",
           short="Levy: GmP has the lowest test RMSE, GmP with the text's initialisation",
           result="arms", rule=_RMSE_RULE, check=_check("rmse", "uniform init"), test=_T),
+    Claim(key="chen-levy-rmse-earlier-draw", paper="chen", source="check",
+          text="GmP has the lowest test RMSE of the four on the Levy task (Fig. 2d-g), on the chapter's design "
+               "until 2026-11-26: the Levy data drawn by NumPy's default_rng(seed) instead of the official "
+               "notebook's draw, every method at its official rate.",
+          short="Levy: GmP has the lowest test RMSE, on the earlier data draw",
+          result="arms", rule=_RMSE_RULE, check=_check("rmse", "earlier draw"), test=_T),
     Claim(key="chen-levy-stable-lr001", paper="chen", source="check",
           text="Under GmP the largest per-epoch move of a characteristic point stays below 1 while SP, WN and BN "
                "reach far larger values (Sec. 2.4, Fig. 2c), with every method at learning rate 0.01.",
@@ -238,19 +256,20 @@ def table(payload: Mapping[str, Any]):
 
     rows = []
     ref = payload["reference"]["runs"]
-    groups = [(f"{m} (chapter)", m, payload["official_lr"][m], "glorot", ref[m]) for m in payload["methods"]]
-    groups += [(name, s["method"], s["lr"], s["init"], payload["arms"][name]) for name, s in payload["arm_settings"].items()]
-    for name, method, lr, init, runs in groups:
+    groups = [(f"{m} (chapter)", m, payload["official_lr"][m], "glorot", "notebook", ref[m]) for m in payload["methods"]]
+    groups += [(name, s["method"], s["lr"], s["init"], s.get("draw", "notebook"), payload["arms"][name])
+               for name, s in payload["arm_settings"].items()]
+    for name, method, lr, init, draw, runs in groups:
         values = list(runs.values())
         dead = [r.get("dead_units") for r in values]
         linear = [r.get("linear_units") for r in values]
-        rows.append([name, method, f"{lr:g}", init if method == "GmP" else "glorot",
+        rows.append([name, method, f"{lr:g}", init if method == "GmP" else "glorot", draw,
                      _fmt([r["test_rmse"] for r in values], ".3f"), _fmt([r["max_move"] for r in values], ".3g"),
                      _fmt([r["best_train_mae"] for r in values], ".3f"),
                      _fmt([r["final_lr"] for r in values], ".2g"),
                      "not recorded" if any(d is None for d in dead) else _fmt(dead, ".1f"),
                      "not recorded" if any(d is None for d in linear) else _fmt(linear, ".1f")])
-    head = ["Runs", "Method", "Learning rate", "GmP init", "Test RMSE", "Largest move", "Best training MAE",
+    head = ["Runs", "Method", "Learning rate", "GmP init", "Levy draw", "Test RMSE", "Largest move", "Best training MAE",
             "Final learning rate", "Dead units (of 100)", "Units active on every training input"]
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return HTML('<table class="table"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
