@@ -297,6 +297,26 @@ def test_every_verdict_cited_from_the_history_is_what_its_rule_gives_on_that_com
     assert {"chen-banana-accuracy", "chen-levy-rmse", "chen-uci-naval-near-zero"} <= {key for key, _, _ in cited}
 
 
+def test_levys_earlier_design_kept_as_a_check_holds_the_runs_of_that_design_that_were_seen():
+    """chen_levy's headline moved from NumPy's default_rng draw to the official notebook's after a run of the earlier
+    draw was seen (the cache of commit 1cc9952, 5 seeds). The check arm that keeps that design reruns it: on those
+    seeds its test RMSEs are the ones of that run, bit for bit, so its verdict is computed on the design that was seen."""
+    from gmp.experiments import chen_levy
+
+    [claim] = [c for c in results._claims_of("chen_levy") if c.key == "chen-levy-rmse"]
+    design = claim.earlier_design
+    seen = _history(design.run, "chen_levy", "fig2")
+    if seen is None:
+        pytest.skip("the git history of the caches is not at hand")
+    kept = results.cached(design.chapter, "arms", "paper")
+    assert kept.current, kept.describe()
+    for method in chen_levy.METHODS:
+        arm = kept.payload["arms"][f"{method} earlier draw"]
+        assert seen["runs"][method] and set(seen["runs"][method]) < set(arm)
+        assert {s: arm[s]["test_rmse"] for s in seen["runs"][method]} == {
+            s: run["test_rmse"] for s, run in seen["runs"][method].items()}
+
+
 def test_a_rule_recorded_by_a_run_assembled_from_units_that_earlier_code_computed_is_not_called_fixed_before_them(
         chapter, tmp_path):
     """A cache re-assembled from resumed units records the rules in force when it was assembled, not when its units
