@@ -254,10 +254,12 @@ def _set_threads(threads: int) -> None:
 
 
 def _where(resolved: Any) -> dict[str, str]:
-    """What a task adds to each entry of its unit file: the node, the device, the precision and the task."""
-    job = os.environ.get("SLURM_ARRAY_JOB_ID")
-    return {"node": platform.node(), "device": device_name(resolved), "precision": precision(),
-            "task": f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if job else f"local {os.getpid()}"}
+    """What a task adds to each entry of its unit file: the node, the device, the precision and the task (Slurm's
+    ``<array>_<index>``, or the job id of a submission of one task, which submitit sends as a plain job)."""
+    slurm = os.environ.get("SUBMITIT_EXECUTOR") != "local"  # a local task may inherit the variables of a Slurm job
+    array, job = (os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_JOB_ID")) if slurm else (None, None)
+    task = f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if array else job or f"local {os.getpid()}"
+    return {"node": platform.node(), "device": device_name(resolved), "precision": precision(), "task": task}
 
 
 @dataclasses.dataclass(frozen=True)

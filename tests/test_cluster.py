@@ -132,6 +132,46 @@ def test_slurm_a_cancelled_array_resumes_with_only_its_missing_units(slurm, tmp_
     assert provenance["resumed_units"] == len(done)
 
 
+def test_slurm_trains_lu_reals_last_stack_as_one_task_whose_unit_file_holds_its_networks_epochs(slurm, tmp_path,
+                                                                                                  monkeypatch):
+    """lu_real at smoke scale on the single-node Slurm, three of its four stacks journalled already: the driver
+    submits one task, which trains the last stack whole (:class:`gmp.cluster.StackTask`), and merges its unit file:
+    every epoch of its four networks, each equal to the stacked trainer's here (one thread), with the node, the
+    device and the Slurm task. No notebook runs (the local-executor test compares the caches)."""
+    import torch
+
+    from gmp.experiments.lu_real import epoch_key
+    from gmp.gpu.lu_real import pending_groups, train_stack
+
+    monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    cfg = config.load("lu_real", "smoke")
+    journal = results.journal_path("lu_real", "smoke", cfg.digest)
+    *done, (dataset, labels) = pending_groups(cfg, {}, 0)
+    results.append_journal(journal, [json.dumps({"key": epoch_key(d, label, 0, 1), "value": {"diverged": False}})
+                                     for d, group in done for label in group])
+    started = time.monotonic()
+    out = cluster.execute(cluster.Options("slurm"), "lu_real", "smoke", "cpu", 0, journal)
+    print(f"lu_real smoke, one stack on the single-node Slurm: {time.monotonic() - started:.1f} s")
+    assert (out["submitted_tasks"], out["submitted_units"], out["journalled_units"]) == (1, 4, 4)
+    entries = results.journal_entries(journal)[12:]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        here = train_stack(tmp_path / "work", cfg, "cpu", 0, dataset, labels)
+    finally:
+        torch.set_num_threads(threads)
+    assert [e["key"] for e in entries] == [e["key"] for e in here] == [epoch_key(dataset, label, 0, 1) for label in labels]
+    for entry, want in zip(entries, here):
+        assert verification.compare({k: v for k, v in entry["value"].items() if k != "seconds"},
+                                    {k: v for k, v in want["value"].items() if k != "seconds"}, 0, 0) == []
+    host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+    assert {(e["node"], e["device"], e["threads"]) for e in entries} == {(host, "cpu", 1)}
+    # one task: submitit sends it as a plain job, whose id the entries record (before, "local <pid>")
+    assert len({e["task"] for e in entries}) == 1 and entries[0]["task"].isdigit()
+    assert not cluster.cluster_folder(journal).exists()
+
+
 def _fake_slurm(folder: Path, squeue: str = "exit 0", sbatch: str = "exit 1") -> None:
     """``squeue`` and ``sbatch`` running the shell code given, an ``srun`` and an ``sacct`` that fails and leaves
     ``sacct-called``."""
