@@ -3,7 +3,7 @@
     python -m gmp.runs CHAPTER --scale paper --executor slurm [--partition P] [--time 4:00:00]
         [--cpus-per-task 4] [--gpus-per-task 1] [--mem 16G] [--account A] [--array-parallelism 32] [--detach]
     python -m gmp.runs CHAPTER --scale paper --executor local [--cpus-per-task 1] [--array-parallelism 2]
-    python -m gmp.runs lu_real --scale paper --executor slurm --device cuda --gpus-per-task 1 --time 1-0
+    python -m gmp.runs lu_real --scale paper --executor slurm --device cuda --gpus-per-task 1 --time 2:00:00
         [--networks-per-task N]
 
 The runner (:func:`gmp.runs.run`, holding the chapter's run lock) calls :func:`execute` where ``--jobs`` would
@@ -25,8 +25,9 @@ them, or at most ``--networks-per-task`` of them: it trains them stacked for all
 holds every epoch of its networks, which the driver merges as any other. With ``--device cuda --gpus-per-task 1``
 that is one stack per GPU: a lab with four GPUs runs the paper's four groups at once. A network partly journalled
 is an error (:func:`gmp.gpu.lu_real.pending_groups`), and a rerun submits only the networks with no journalled
-epoch. A stack's task is not requeued at its time limit (its state is not checkpointed): give ``--time`` that
-covers its epochs, or fewer ``--networks-per-task``.
+epoch. A stack's task keeps no checkpoint, so it is not requeued at its time limit; it probes its stack first, as
+a GPU lease does, and where the measured time exceeds ``--time`` it trains only the networks that fit (or none),
+journals them, and fails naming the rest, which the rerun submits.
 """
 
 from __future__ import annotations
@@ -148,7 +149,9 @@ def add_arguments(parser: Any) -> None:
                        "cache here (chapters with units)")
     group.add_argument("--partition", help="Slurm partition of the array (default: the cluster's)")
     group.add_argument("--time", help="time limit of each task, in Slurm's forms (90, 1:30:00, 1-12:00; default 60 "
-                                      "minutes); a unit cut by it is requeued and resumes from its checkpoint")
+                                      "minutes); a unit cut by it is requeued and resumes from its checkpoint (lu_real: a stack whose "
+                                      "measured time exceeds it trains only the networks that fit; the rerun submits "
+                                      "the rest)")
     group.add_argument("--cpus-per-task", type=int, help="CPU cores of each task, and its torch threads (default 1)")
     group.add_argument("--gpus-per-task", type=int, help="GPUs of each task (default 0); use with --device cuda")
     group.add_argument("--mem", help="memory of each task, in Slurm's form (16G, 4000M; default: the partition's)")
@@ -278,26 +281,47 @@ class Stack:
         return f"{self.dataset}: {', '.join(self.labels)}"
 
 
+STACK_MARGIN_S = 60
+"""Seconds of a stack's task kept from training: its start (imports, data) and its unit file."""
+
+
 class StackTask:
     """One task of a :data:`STACKED` chapter's array: train a stack of networks whole and write one unit file with
     every epoch of each (:func:`gmp.gpu.lu_real.train_stack`, in a private folder ``<folder>/work/<stack>/``), each
-    entry with the node, device, precision and task, as :class:`UnitTask` writes its one entry. Not requeued at
-    the time limit: it has no checkpoint to resume from (submitit requeues only a function with ``checkpoint``)."""
+    entry with the node, device, precision and task, as :class:`UnitTask` writes its one entry.
+
+    It has ``seconds`` (the task's time limit less Slurm's warning, :func:`signal_delay_s`) less
+    :data:`STACK_MARGIN_S` to train in. The stack is probed first: where its measured time does not fit, only the
+    networks that fit are trained, their unit file written, and a RuntimeError names the others (the rerun
+    submits them), or, where none fits, names the measured time at once. It is not requeued at the time limit: it
+    has no checkpoint to resume from (submitit requeues only a function with ``checkpoint``)."""
 
     def __call__(self, chapter: str, scale: str, seed: int, device: str, dataset: str, labels: Sequence[str],
-                 folder: str, threads: int) -> str:
+                 folder: str, threads: int, seconds: float | None = None) -> str:
         from gmp.gpu.lu_real import train_stack
 
+        started = time.monotonic()
         _set_threads(threads)
         stack_name = Stack(dataset, tuple(labels), (), 0).name
         name = unit_file_name(stack_name)
         work = Path(folder) / "work" / name.removesuffix(".jsonl")
         resolved = _config.resolve_device(device)
-        entries = train_stack(work, _config.load(chapter, scale), str(resolved), seed, dataset, labels)
-        where = _where(resolved)
-        lines = "".join(json.dumps({**entry, **where}) + "\n" for entry in _results.with_code(entries, entries))
-        _results.atomic_write_bytes(Path(folder) / "units" / name, lines.encode())
+        left = None if seconds is None else seconds - STACK_MARGIN_S - (time.monotonic() - started)
+        entries, summary = train_stack(work, _config.load(chapter, scale), str(resolved), seed, dataset, labels, left)
+        if entries:
+            where = _where(resolved)
+            lines = "".join(json.dumps({**entry, **where}) + "\n" for entry in _results.with_code(entries, entries))
+            _results.atomic_write_bytes(Path(folder) / "units" / name, lines.encode())
         shutil.rmtree(work, ignore_errors=True)
+        trained = summary.get("networks", []) if entries else []
+        if len(trained) < len(labels):
+            probes = "; ".join(f"{p['networks']} networks {p['group_minutes']:.1f} min" for p in summary["probes"])
+            raise RuntimeError(
+                f"the stack {stack_name} trained {len(trained)} of its {len(labels)} networks"
+                + (f" ({', '.join(trained)}, journalled)" if trained else "")
+                + f" in the task's {(seconds or 0) / 60:.0f} min: {summary['status']}"
+                + (f" (measured: {probes})" if probes else "") + ". Give a longer --time, or fewer --networks-per-task; "
+                "the rerun submits only the networks not journalled")
         return stack_name
 
 
@@ -431,6 +455,12 @@ class Task:
         return self.keys or [self.key]
 
 
+def signal_delay_s(time_min: int) -> int:
+    """How long before a task's time limit of ``time_min`` minutes Slurm signals it (submitit then requeues a
+    :class:`UnitTask`)."""
+    return min(120, max(10, time_min * 6))
+
+
 def _executor(options: Options, logs: Path, chapter: str, dependency: str | None = None,
               name: str | None = None) -> Any:
     import submitit
@@ -442,7 +472,7 @@ def _executor(options: Options, logs: Path, chapter: str, dependency: str | None
     executor = submitit.SlurmExecutor(folder=logs)
     parameters: dict[str, Any] = {"job_name": name or f"gmp-{chapter}", "time": options.time_min,
                                   "cpus_per_task": options.cpus_per_task,
-                                  "signal_delay_s": min(120, max(10, options.time_min * 6))}
+                                  "signal_delay_s": signal_delay_s(options.time_min)}
     if options.gpus_per_task:
         parameters["gpus_per_task"] = options.gpus_per_task
     for key, value in (("partition", options.partition), ("account", options.account), ("dependency", dependency)):
@@ -471,7 +501,8 @@ def submit(options: Options, chapter: str, scale: str, seed: int, device: str, j
     try:
         jobs = _executor(options, logs, chapter).map_array(
             StackTask() if stacks else UnitTask(), [chapter] * n, [scale] * n, [seed] * n, [device] * n, *what,
-            [str(folder)] * n, [options.cpus_per_task] * n)
+            [str(folder)] * n, [options.cpus_per_task] * n,
+            *([[60 * options.time_min - signal_delay_s(options.time_min)] * n] if stacks else []))
     except (submitit.core.utils.FailedJobError, RuntimeError) as err:  # no srun, or sbatch refused the array
         raise ValueError(f"--executor {options.executor} could not submit the units of {chapter}: "
                          f"{' '.join(str(err).split())}. On a cluster, run it where sbatch and srun work (a login "

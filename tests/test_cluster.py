@@ -158,7 +158,7 @@ def test_slurm_trains_lu_reals_last_stack_as_one_task_whose_unit_file_holds_its_
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        here = train_stack(tmp_path / "work", cfg, "cpu", 0, dataset, labels)
+        here, _ = train_stack(tmp_path / "work", cfg, "cpu", 0, dataset, labels)
     finally:
         torch.set_num_threads(threads)
     assert [e["key"] for e in entries] == [e["key"] for e in here] == [epoch_key(dataset, label, 0, 1) for label in labels]
@@ -403,7 +403,7 @@ def test_lu_real_through_the_local_executor_trains_only_the_stacks_without_a_uni
         for dataset, labels in groups[:3]:
             cluster.StackTask()("lu_real", "smoke", 0, "cpu", dataset, labels, str(units.parent), 1)
         finished = [line for path in sorted(units.glob("*.jsonl")) for line in path.read_text().splitlines()]
-        rest = [json.dumps(e) for e in train_stack(tmp_path / "work", cfg, "cpu", 0, *groups[3])]
+        rest = [json.dumps(e) for e in train_stack(tmp_path / "work", cfg, "cpu", 0, *groups[3])[0]]
     finally:
         torch.set_num_threads(threads)
     assert (len(finished), len(rest)) == (12, 4) and not list((units.parent / "work").iterdir())  # each task removes its own
@@ -469,3 +469,34 @@ def test_a_stacks_unit_file_is_merged_whole_or_left_where_it_is(tmp_path, capsys
     assert [p.name for p in units.iterdir()] == [cluster.unit_file_name("d: c")]
     assert "is not whole (a line is not a journal entry); left there" in capsys.readouterr().err
     assert "d/c/seed0/epoch1" not in results.journal_units(journal)
+
+
+def test_a_stack_whose_measured_time_exceeds_its_task_journals_the_networks_that_fit_and_names_the_rest(
+        tmp_path, monkeypatch):
+    """A stack's task probes the stack first (as a GPU lease does): where the measured time of its four networks
+    exceeds the task's time, it trains as many as fit, writes their unit file and fails naming the others, which
+    the rerun plans; where not even one fits, it trains nothing and says so with the measured time."""
+    from gmp import gpu
+    from gmp.experiments.lu_real import epoch_key
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
+    cfg = config.load("lu_real", "smoke")
+    journal = results.journal_path("lu_real", "smoke", cfg.digest)
+    folder = cluster.cluster_folder(journal)
+    first = cluster.plan_stacks("lu_real", "smoke", 0, journal)[0]
+    dataset, labels = first.dataset, list(first.labels)
+    step = {4: 60.0, 3: 45.0, 1: 1e9}  # seconds per step, by networks in the stack (4 steps an epoch at smoke)
+    monkeypatch.setattr(gpu.lu_real, "probe", lambda chosen, *args, **kwargs: {
+        "mode": "stacked kernels", "networks": len(chosen), "seconds_per_step": step[len(chosen)],
+        "epoch_eval_seconds": 0.0, "final_seconds": 0.0})
+    with pytest.raises(RuntimeError, match=r"trained 3 of its 4 networks \(ReLU, ReLU-GPN, GELU, journalled\) in the "
+                                           r"task's 5 min: 3 networks journalled whole \(measured: 4 networks 4\.0 "
+                                           r"min; 3 networks 3\.0 min\)\. Give a longer --time, or fewer"):
+        cluster.StackTask()("lu_real", "smoke", 0, "cpu", dataset, labels, str(folder), 1, 240 + cluster.STACK_MARGIN_S)
+    assert cluster.merge(journal) == [epoch_key(dataset, label, 0, 1) for label in labels[:3]]
+    assert [s.labels for s in cluster.plan_stacks("lu_real", "smoke", 0, journal)][0] == ("GELU-GPN",)
+    with pytest.raises(RuntimeError, match=r"trained 0 of its 1 networks in the task's 2 min: not even one network "
+                                           r"finishes its 1 epochs"):
+        cluster.StackTask()("lu_real", "smoke", 0, "cpu", dataset, ["GELU-GPN"], str(folder), 1, 100)
+    assert not list((folder / "units").iterdir())

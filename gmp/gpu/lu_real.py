@@ -190,7 +190,7 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
             summary["probes"].append({**measured, "group_minutes": need / 60})
             left = lease_deadline - time.monotonic()
             print(f"  {count} networks ({measured['mode']}): {1e3 * measured['seconds_per_step']:.2f} ms per step, "
-                  f"{need / 60:.1f} min for {epochs} epochs; {left / 60:.1f} min left", flush=True)
+                  f"{need / 60:.1f} min for {epochs} epochs" + (f"; {left / 60:.1f} min left" if left < 1e8 else ""), flush=True)
             if need <= 0.95 * left:
                 break
             fewer = min(count - 1, int(count * 0.95 * left / need))
@@ -268,18 +268,23 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
     return summary
 
 
-def train_stack(work: Path, cfg: Any, device: str, seed: int, dataset: str, labels: Sequence[str]) -> list[dict[str, Any]]:
-    """Train the networks ``labels`` of ``dataset`` of ``cfg``'s run whole, stacked, for all their epochs, and return
-    the journal entries of every epoch of every one of them (in the format of ``Store.memo``, the stack's order):
-    what a task of ``python -m gmp.runs lu_real --executor ...`` (:class:`gmp.cluster.StackTask`) writes to its unit
-    file. It is :func:`train_group` with no deadline (the stack is probed for its mode, as on a lease, and never cut)
-    and ``work`` as its ``OUT`` (emptied of an earlier attempt first); a stack that does not finish is an error."""
+def train_stack(work: Path, cfg: Any, device: str, seed: int, dataset: str, labels: Sequence[str],
+                seconds: float | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Train the networks ``labels`` of ``dataset`` of ``cfg``'s run whole, stacked, for all their epochs, within
+    ``seconds`` (None: no limit); ``(entries, summary)``: the journal entries of every epoch of every network
+    trained (in the format of ``Store.memo``, the stack's order) and :func:`train_group`'s summary. What a task of
+    ``python -m gmp.runs lu_real --executor ...`` (:class:`gmp.cluster.StackTask`) writes to its unit file.
+
+    It is :func:`train_group` with ``work`` as its ``OUT`` (emptied of an earlier attempt first) and ``seconds`` as
+    both its deadlines: the stack is probed for its mode as on a lease, and where the measured time does not fit
+    in ``seconds`` it is cut to the networks that do (``summary["networks"]``, the first of ``labels``), or, where
+    not even one does, nothing is trained (``entries`` empty, ``summary["status"]`` says why)."""
     from gmp import results
 
     shutil.rmtree(work / "lu_real", ignore_errors=True)
-    summary = train_group(work, cfg, device, time.monotonic() + 1e9, seed, None,
-                          group=(dataset, list(labels), group_data(cfg, dataset)))
-    if not summary.get("finished") or summary.get("networks") != list(labels):
-        raise RuntimeError(f"the stack {dataset}: {', '.join(labels)} did not finish: {summary.get('status')}"
-                           + "".join(f"\n{note}" for note in summary["notes"]))
-    return results.journal_entries(work / summary["journal"])
+    deadline = time.monotonic() + (1e9 if seconds is None else seconds)
+    summary = train_group(work, cfg, device, deadline, seed, None, group=(dataset, list(labels), group_data(cfg, dataset)),
+                          lease_deadline=deadline)
+    if not summary.get("finished"):
+        return [], summary
+    return results.journal_entries(work / summary["journal"]), summary
