@@ -507,8 +507,8 @@ def submit(options: Options, chapter: str, scale: str, seed: int, device: str, j
         raise ValueError(f"--executor {options.executor} could not submit the units of {chapter}: "
                          f"{' '.join(str(err).split())}. On a cluster, run it where sbatch and srun work (a login "
                          "node); elsewhere use --executor local") from None
-    tasks = [Task(key.name, str(job.job_id), str(job.paths.stderr), str(job.paths.result_pickle), list(key.keys))
-             if isinstance(key, Stack) else Task(key, str(job.job_id), str(job.paths.stderr), str(job.paths.result_pickle))
+    tasks = [Task(key.name if isinstance(key, Stack) else key, str(job.job_id), str(job.paths.stderr),
+                  str(job.paths.result_pickle), list(key.keys) if isinstance(key, Stack) else [])
              for key, job in zip(keys, jobs)]
     _record(folder, tasks)
     return tasks, jobs

@@ -161,7 +161,8 @@ def test_slurm_trains_lu_reals_last_stack_as_one_task_whose_unit_file_holds_its_
         here, _ = train_stack(tmp_path / "work", cfg, "cpu", 0, dataset, labels)
     finally:
         torch.set_num_threads(threads)
-    assert [e["key"] for e in entries] == [e["key"] for e in here] == [epoch_key(dataset, label, 0, 1) for label in labels]
+    assert [e["key"] for e in entries] == [e["key"] for e in here] == [epoch_key(dataset, label, 0, 1)
+                                                                        for label in labels]
     for entry, want in zip(entries, here):
         assert verification.compare({k: v for k, v in entry["value"].items() if k != "seconds"},
                                     {k: v for k, v in want["value"].items() if k != "seconds"}, 0, 0) == []
@@ -406,7 +407,8 @@ def test_lu_real_through_the_local_executor_trains_only_the_stacks_without_a_uni
         rest = [json.dumps(e) for e in train_stack(tmp_path / "work", cfg, "cpu", 0, *groups[3])[0]]
     finally:
         torch.set_num_threads(threads)
-    assert (len(finished), len(rest)) == (12, 4) and not list((units.parent / "work").iterdir())  # each task removes its own
+    assert (len(finished), len(rest)) == (12, 4)
+    assert not list((units.parent / "work").iterdir())  # each task removes its own work folder
     results.append_journal(tmp_path / "plain" / "lu_real" / "_partial" / f"smoke-{cfg.digest}.jsonl", finished + rest)
     started = time.monotonic()
     plain = _runner("lu_real", tmp_path / "plain")

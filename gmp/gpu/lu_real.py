@@ -190,7 +190,8 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
             summary["probes"].append({**measured, "group_minutes": need / 60})
             left = lease_deadline - time.monotonic()
             print(f"  {count} networks ({measured['mode']}): {1e3 * measured['seconds_per_step']:.2f} ms per step, "
-                  f"{need / 60:.1f} min for {epochs} epochs" + (f"; {left / 60:.1f} min left" if left < 1e8 else ""), flush=True)
+                  f"{need / 60:.1f} min for {epochs} epochs" + (f"; {left / 60:.1f} min left" if left < 1e8 else ""),
+                  flush=True)
             if need <= 0.95 * left:
                 break
             fewer = min(count - 1, int(count * 0.95 * left / need))
@@ -283,8 +284,8 @@ def train_stack(work: Path, cfg: Any, device: str, seed: int, dataset: str, labe
 
     shutil.rmtree(work / "lu_real", ignore_errors=True)
     deadline = time.monotonic() + (1e9 if seconds is None else seconds)
-    summary = train_group(work, cfg, device, deadline, seed, None, group=(dataset, list(labels), group_data(cfg, dataset)),
-                          lease_deadline=deadline)
+    group = (dataset, list(labels), group_data(cfg, dataset))
+    summary = train_group(work, cfg, device, deadline, seed, None, group=group, lease_deadline=deadline)
     if not summary.get("finished"):
         return [], summary
     return results.journal_entries(work / summary["journal"]), summary
