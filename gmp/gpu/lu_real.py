@@ -274,7 +274,7 @@ def train_stack(work: Path, cfg: Any, device: str, seed: int, dataset: str, labe
     """Train the networks ``labels`` of ``dataset`` of ``cfg``'s run whole, stacked, for all their epochs, within
     ``seconds`` (None: no limit); ``(entries, summary)``: the journal entries of every epoch of every network
     trained (in the format of ``Store.memo``, the stack's order) and :func:`train_group`'s summary. What a task of
-    ``python -m gmp.runs lu_real --executor ...`` (:class:`gmp.cluster.StackTask`) writes to its unit file.
+    ``python -m gmp.runs lu_real --executor ...`` (``gmp.cluster.StackTask``) writes to its unit file.
 
     It is :func:`train_group` with ``work`` as its ``OUT`` (emptied of an earlier attempt first) and ``seconds`` as
     both its deadlines: the stack is probed for its mode as on a lease, and where the measured time does not fit
