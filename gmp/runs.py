@@ -18,7 +18,8 @@ chapters, the Part III image-fitting chapters and lu_real), N worker processes f
 each with its share of the CPU threads, and the notebook then runs from the journal; the
 cache keeps those units (``units.jsonl.gz``). With ``--executor slurm`` (or ``local``) the units run instead as
 a Slurm job array (or local processes) through submitit, each task writing its own unit file, which this
-process merges into the journal before the notebook runs (``gmp.cluster``). ``--verify``, ``--restamp`` and
+process merges into the journal before the notebook runs (``gmp.cluster``; lu_real's tasks each train a
+stack of its networks whole, ``--networks-per-task``). ``--verify``, ``--restamp`` and
 ``--same-function`` check a cache against today's code; they live in :mod:`gmp.verification`, which computes nothing a cache keeps,
 and this command line only hands them their arguments.
 """

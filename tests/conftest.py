@@ -43,7 +43,9 @@ WORKER_GROUPS = {
     "colab": ("tests/test_colab.py::",),
     "smoke-book": ("tests/test_chapters.py::test_chapter_runs_at_smoke_scale[", "tests/test_book.py::"),
     "slurm": ("tests/test_cluster.py::test_slurm_detached_array_assembles_the_cache_a_local_run_assembles_without_sacct",
-              "tests/test_cluster.py::test_slurm_a_cancelled_array_resumes_with_only_its_missing_units"),
+              "tests/test_cluster.py::test_slurm_a_cancelled_array_resumes_with_only_its_missing_units",
+              "tests/test_cluster.py::test_slurm_trains_lu_reals_last_stack_as_one_task_whose_unit_file_holds_its_networks"
+              "_epochs"),
 }
 
 

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -131,6 +132,47 @@ def test_slurm_a_cancelled_array_resumes_with_only_its_missing_units(slurm, tmp_
     assert provenance["resumed_units"] == len(done)
 
 
+def test_slurm_trains_lu_reals_last_stack_as_one_task_whose_unit_file_holds_its_networks_epochs(slurm, tmp_path,
+                                                                                                  monkeypatch):
+    """lu_real at smoke scale on the single-node Slurm, three of its four stacks journalled already: the driver
+    submits one task, which trains the last stack whole (:class:`gmp.cluster.StackTask`), and merges its unit file:
+    every epoch of its four networks, each equal to the stacked trainer's here (one thread), with the node, the
+    device and the Slurm task. No notebook runs (the local-executor test compares the caches)."""
+    import torch
+
+    from gmp.experiments.lu_real import epoch_key
+    from gmp.gpu.lu_real import pending_groups, train_stack
+
+    monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "results"))
+    cfg = config.load("lu_real", "smoke")
+    journal = results.journal_path("lu_real", "smoke", cfg.digest)
+    *done, (dataset, labels) = pending_groups(cfg, {}, 0)
+    results.append_journal(journal, [json.dumps({"key": epoch_key(d, label, 0, 1), "value": {"diverged": False}})
+                                     for d, group in done for label in group])
+    started = time.monotonic()
+    out = cluster.execute(cluster.Options("slurm"), "lu_real", "smoke", "cpu", 0, journal)
+    print(f"lu_real smoke, one stack on the single-node Slurm: {time.monotonic() - started:.1f} s")
+    assert (out["submitted_tasks"], out["submitted_units"], out["journalled_units"]) == (1, 4, 4)
+    entries = results.journal_entries(journal)[12:]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        here, _ = train_stack(tmp_path / "work", cfg, "cpu", 0, dataset, labels)
+    finally:
+        torch.set_num_threads(threads)
+    assert [e["key"] for e in entries] == [e["key"] for e in here] == [epoch_key(dataset, label, 0, 1)
+                                                                        for label in labels]
+    for entry, want in zip(entries, here):
+        assert verification.compare({k: v for k, v in entry["value"].items() if k != "seconds"},
+                                    {k: v for k, v in want["value"].items() if k != "seconds"}, 0, 0) == []
+    host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+    assert {(e["node"], e["device"], e["threads"]) for e in entries} == {(host, "cpu", 1)}
+    # one task: submitit sends it as a plain job, whose id the entries record (before, "local <pid>")
+    assert len({e["task"] for e in entries}) == 1 and entries[0]["task"].isdigit()
+    assert not cluster.cluster_folder(journal).exists()
+
+
 def _fake_slurm(folder: Path, squeue: str = "exit 0", sbatch: str = "exit 1") -> None:
     """``squeue`` and ``sbatch`` running the shell code given, an ``srun`` and an ``sacct`` that fails and leaves
     ``sacct-called``."""
@@ -205,7 +247,7 @@ def test_merge_adds_each_unit_once_and_leaves_a_damaged_unit_file(tmp_path, caps
     assert cluster.merge(journal) == ["b"]
     assert results.journal_units(journal) == {"a": 1, "b": 3}
     assert [p.name for p in units.iterdir()] == [cluster.unit_file_name("c")]
-    assert f"{units / cluster.unit_file_name('c')} is not one journal entry" in capsys.readouterr().err
+    assert f"{units / cluster.unit_file_name('c')} is not whole (a line is not a journal entry)" in capsys.readouterr().err
     assert cluster.unit_file_name("x/y") != cluster.unit_file_name("x_y")
 
 
@@ -233,8 +275,10 @@ def test_time_limits_in_slurms_forms_are_whole_minutes(text, minutes):
     (["--executor", "slurm", "--cpus-per-task", "0"], "--cpus-per-task must be at least 1"),
     (["--executor", "slurm", "--jobs", "2"], "--jobs and --executor are two ways to compute the units"),
     (["--executor", "slurm", "--verify"], "--executor computes a run's units; --verify"),
-    (["--executor", "slurm", "--chapter", "lu_real"], "--executor runs each unit as its own task, and lu_real "
-                                                      "cannot: its units are the epochs of each network"),
+    (["--executor", "local", "--networks-per-task", "3"], "--networks-per-task sizes the stacks of networks of "
+                                                          "lu_real; each task of chen_levy is one unit"),
+    (["--executor", "local", "--chapter", "lu_real", "--networks-per-task", "0"], "--networks-per-task must be at "
+                                                                                  "least 1"),
     (["--executor", "local", "--chapter", "chen_vgg"], "chen_vgg does not split into independent units for --executor"),
     (["--executor", "slurm", "--mem", "-3G"], "--mem '-3G' is not an amount of memory"),
     (["--executor", "local", "--partition", "gpu"], "--partition ask Slurm for something, and --executor local runs "
@@ -332,3 +376,129 @@ def test_a_task_cut_by_its_time_limit_is_requeued_with_the_same_unit():
     args = ("chen_levy", "paper", 0, "cpu", "SP-seed0", "/shared/cluster", 4)
     again = cluster.UnitTask().checkpoint(*args)
     assert isinstance(again.function, cluster.UnitTask) and again.args == args
+
+
+def test_lu_real_through_the_local_executor_trains_only_the_stacks_without_a_unit_file_and_caches_the_stacked_run(
+        tmp_path):
+    """lu_real at smoke scale through ``--executor local``: each task trains a stack of networks whole (a data set,
+    without or with BN) and writes one unit file with every epoch of its networks. Three of the four stacks' unit
+    files are there before the run (written by :class:`gmp.cluster.StackTask` here, as tasks that finished before
+    an interruption leave them): the run merges them and submits only the last. Its cache equals that of a plain
+    run (``python -m gmp.runs lu_real --scale smoke``) whose journal holds the same stacks trained here with the
+    stacked trainer (:func:`gmp.gpu.lu_real.train_stack`, one thread): bitwise, wall-clock fields aside (those
+    ending in ``_s`` and ``seconds``, and cost.json's hours, which the notebook derives from a step it times). (The
+    one-network trainer of a plain run without that journal differs from the stacked one by float32 rounding only:
+    at smoke scale up to 3e-6 relative, in drift; lu_real declares no unit tolerance, so that is not compared.)"""
+    import torch
+
+    from gmp.gpu.lu_real import pending_groups, train_stack
+
+    cfg = config.load("lu_real", "smoke")
+    groups = pending_groups(cfg, {}, 0)
+    assert [(d, len(labels)) for d, labels in groups] == [("digits", 4), ("digits", 4), ("mnist1d", 4), ("mnist1d", 4)]
+    journal = tmp_path / "executor" / "lu_real" / "_partial" / f"smoke-{cfg.digest}.jsonl"
+    units = cluster.cluster_folder(journal) / "units"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each task, with --cpus-per-task 1
+    try:
+        for dataset, labels in groups[:3]:
+            cluster.StackTask()("lu_real", "smoke", 0, "cpu", dataset, labels, str(units.parent), 1)
+        finished = [line for path in sorted(units.glob("*.jsonl")) for line in path.read_text().splitlines()]
+        rest = [json.dumps(e) for e in train_stack(tmp_path / "work", cfg, "cpu", 0, *groups[3])[0]]
+    finally:
+        torch.set_num_threads(threads)
+    assert (len(finished), len(rest)) == (12, 4)
+    assert not list((units.parent / "work").iterdir())  # each task removes its own work folder
+    results.append_journal(tmp_path / "plain" / "lu_real" / "_partial" / f"smoke-{cfg.digest}.jsonl", finished + rest)
+    started = time.monotonic()
+    plain = _runner("lu_real", tmp_path / "plain")
+    code, output = _finish(_runner("lu_real", tmp_path / "executor", "--executor", "local"))
+    assert code == 0, output
+    assert "submitted 1 stacks of networks of lu_real as local processes" in output  # only the rest
+    assert _finish(plain)[0] == 0
+    print(f"lu_real smoke: the plain run and the executor's in {time.monotonic() - started:.1f} s")
+    cache = tmp_path / "executor" / "lu_real" / "smoke"
+    timed = re.compile(r"cost\.json\['\w+_hours'\]: ")  # derived from the step the notebook times
+    assert [d for d in _cache_differences(tmp_path / "plain" / "lu_real" / "smoke", cache) if not timed.match(d)] == []
+    provenance = json.loads((cache / "provenance.json").read_text())
+    assert (provenance["executor"]["submitted_tasks"], provenance["executor"]["submitted_units"],
+            provenance["executor"]["journalled_units"]) == (1, 4, 16)
+    entries = [json.loads(line) for line in gzip.decompress((cache / "units.jsonl.gz").read_bytes()).splitlines()]
+    host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+    assert {(e["node"], e["device"], e["precision"], e["threads"]) for e in entries} == {
+        (host, "cpu", "float32, TF32 off", 1)}
+    tasks = {e["task"] for e in entries if e["key"].startswith("mnist1d/") and e["key"].endswith("-BN/seed0/epoch1")}
+    assert len(tasks) == 1 and tasks.pop().startswith("local ")
+    assert all(e["value"]["stacked"] == 4 for e in entries)
+
+
+def test_lu_reals_stacks_are_its_groups_networks_without_an_epoch_cut_to_the_networks_per_task(tmp_path, monkeypatch):
+    """What ``--executor`` submits for lu_real: per group (a data set, without or with BN), the networks with no
+    journalled epoch, none busy in a task still queued, at most ``--networks-per-task`` to a stack; a network with
+    some of its epochs journalled is refused with what to do, before anything is submitted."""
+    from gmp.experiments.lu_real import epoch_key
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    cfg = config.load("lu_real", "smoke")
+    journal = results.journal_path("lu_real", "smoke", cfg.digest)
+    results.append_journal(journal, [json.dumps({"key": epoch_key("digits", label, 0, 1), "value": {"diverged": False}})
+                                     for label in ("ReLU", "GELU")])
+    stacks = cluster.plan_stacks("lu_real", "smoke", 0, journal, busy=[epoch_key("mnist1d", "GELU-BN", 0, 1)],
+                                 per_task=3)
+    assert [(s.dataset, s.labels, s.units) for s in stacks] == [
+        ("digits", ("ReLU-GPN", "GELU-GPN"), 2), ("digits", ("ReLU-BN", "ReLU-GPN-BN", "GELU-BN"), 3),
+        ("digits", ("GELU-GPN-BN",), 1), ("mnist1d", ("ReLU", "ReLU-GPN", "GELU"), 3), ("mnist1d", ("GELU-GPN",), 1),
+        ("mnist1d", ("ReLU-BN", "ReLU-GPN-BN", "GELU-GPN-BN"), 3)]
+    assert stacks[0].keys == (epoch_key("digits", "ReLU-GPN", 0, 1), epoch_key("digits", "GELU-GPN", 0, 1))
+    assert len({cluster.unit_file_name(s.name) for s in stacks}) == len(stacks)
+    longer = config.Config("lu_real", "smoke", {**cfg.as_dict(), "epochs": {"digits": 2, "mnist1d": 2}})
+    monkeypatch.setattr(cluster._config, "load", lambda chapter, scale=None: longer)
+    with pytest.raises(ValueError, match=r"--executor trains lu_real's networks whole, and cannot continue one: "
+                                         r"digits ReLU: the journal holds 1 of 2 epochs"):
+        cluster.plan_stacks("lu_real", "smoke", 0, results.journal_path("lu_real", "smoke", cfg.digest))
+
+
+def test_a_stacks_unit_file_is_merged_whole_or_left_where_it_is(tmp_path, capsys):
+    """A stack's unit file holds every epoch of its networks: merged in one write, or, with a line cut short, left
+    there with a warning and none of its entries journalled."""
+    journal = tmp_path / "_partial" / "smoke-abc.jsonl"
+    units = cluster.cluster_folder(journal) / "units"
+    whole = "".join(json.dumps({"key": f"d/{n}/seed0/epoch{e}", "value": e}) + "\n" for n in "ab" for e in (1, 2))
+    results.atomic_write_bytes(units / cluster.unit_file_name("d: a, b"), whole.encode())
+    results.atomic_write_bytes(units / cluster.unit_file_name("d: c"), (json.dumps(
+        {"key": "d/c/seed0/epoch1", "value": 1}) + '\n{"key": "d/c/seed0/epo').encode())
+    assert cluster.merge(journal) == [f"d/{n}/seed0/epoch{e}" for n in "ab" for e in (1, 2)]
+    assert [p.name for p in units.iterdir()] == [cluster.unit_file_name("d: c")]
+    assert "is not whole (a line is not a journal entry); left there" in capsys.readouterr().err
+    assert "d/c/seed0/epoch1" not in results.journal_units(journal)
+
+
+def test_a_stack_whose_measured_time_exceeds_its_task_journals_the_networks_that_fit_and_names_the_rest(
+        tmp_path, monkeypatch):
+    """A stack's task probes the stack first (as a GPU lease does): where the measured time of its four networks
+    exceeds the task's time, it trains as many as fit, writes their unit file and fails naming the others, which
+    the rerun plans; where not even one fits, it trains nothing and says so with the measured time."""
+    from gmp import gpu
+    from gmp.experiments.lu_real import epoch_key
+
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path))
+    monkeypatch.delenv(results.STAGING_ENV, raising=False)
+    cfg = config.load("lu_real", "smoke")
+    journal = results.journal_path("lu_real", "smoke", cfg.digest)
+    folder = cluster.cluster_folder(journal)
+    first = cluster.plan_stacks("lu_real", "smoke", 0, journal)[0]
+    dataset, labels = first.dataset, list(first.labels)
+    step = {4: 60.0, 3: 45.0, 1: 1e9}  # seconds per step, by networks in the stack (4 steps an epoch at smoke)
+    monkeypatch.setattr(gpu.lu_real, "probe", lambda chosen, *args, **kwargs: {
+        "mode": "stacked kernels", "networks": len(chosen), "seconds_per_step": step[len(chosen)],
+        "epoch_eval_seconds": 0.0, "final_seconds": 0.0})
+    with pytest.raises(RuntimeError, match=r"trained 3 of its 4 networks \(ReLU, ReLU-GPN, GELU, journalled\) in the "
+                                           r"task's 5 min: 3 networks journalled whole \(measured: 4 networks 4\.0 "
+                                           r"min; 3 networks 3\.0 min\)\. Give a longer --time, or fewer"):
+        cluster.StackTask()("lu_real", "smoke", 0, "cpu", dataset, labels, str(folder), 1, 240 + cluster.STACK_MARGIN_S)
+    assert cluster.merge(journal) == [epoch_key(dataset, label, 0, 1) for label in labels[:3]]
+    assert [s.labels for s in cluster.plan_stacks("lu_real", "smoke", 0, journal)][0] == ("GELU-GPN",)
+    with pytest.raises(RuntimeError, match=r"trained 0 of its 1 networks in the task's 2 min: not even one network "
+                                           r"finishes its 1 epochs"):
+        cluster.StackTask()("lu_real", "smoke", 0, "cpu", dataset, ["GELU-GPN"], str(folder), 1, 100)
+    assert not list((folder / "units").iterdir())

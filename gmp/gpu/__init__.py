@@ -48,7 +48,8 @@ The package, one module per job, each importing only those before it:
 
 - :mod:`~gmp.gpu.files`: the repository, what goes under ``OUT`` and what of it comes back;
 - :mod:`~gmp.gpu.chapters`: the chapters at smoke scale and the ``cuda`` tests (step 2);
-- :mod:`~gmp.gpu.lu_real`: the ``lu_real`` group (step 3);
+- :mod:`~gmp.gpu.lu_real`: the ``lu_real`` group (step 3), and a stack of it trained whole for a task of
+  ``--executor`` (:func:`~gmp.gpu.lu_real.train_stack`);
 - :mod:`~gmp.gpu.units`: the Part III units (step 4);
 - :mod:`~gmp.gpu.returned`: ``merge``;
 - :mod:`~gmp.gpu.measure`: the measurement of the stacked step (``OUT/measure.json``);
@@ -60,12 +61,13 @@ The package, one module per job, each importing only those before it:
 from .chapters import chapter_code, run_chapter, smoke, without_ipython
 from .command import main
 from .files import FOLDED, environment, RETURN_BYTES, RETURN_DEPTH, RETURN_FILES, ROOT, return_problems
-from .lu_real import MODES, group_seconds, load_group, mode_options, next_group, probe, state_path, train_group
+from .lu_real import (MODES, group_seconds, load_group, mode_options, next_group, pending_groups, probe, state_path,
+                      train_group, train_stack)
 from .returned import merge, returned_device
 from .units import (STACKED_CHAPTERS, UNIT_CHAPTERS, compute_units, compute_units_stacked, missing_units,
                     stacked_units_job, unit_config, unit_keys, units_job)
 
-__all__ = ["main", "environment", "chapter_code", "run_chapter", "smoke", "without_ipython", "next_group", "load_group",
-           "train_group", "probe", "group_seconds", "mode_options", "state_path", "MODES", "unit_config", "unit_keys", "missing_units", "compute_units",
+__all__ = ["main", "environment", "chapter_code", "run_chapter", "smoke", "without_ipython", "next_group", "pending_groups", "load_group",
+           "train_group", "train_stack", "probe", "group_seconds", "mode_options", "state_path", "MODES", "unit_config", "unit_keys", "missing_units", "compute_units",
            "compute_units_stacked", "stacked_units_job", "units_job", "merge", "returned_device", "return_problems",
            "UNIT_CHAPTERS", "STACKED_CHAPTERS", "FOLDED", "RETURN_FILES", "RETURN_BYTES", "RETURN_DEPTH", "ROOT"]

@@ -17,13 +17,14 @@ import torch
 from .files import append_line
 
 
-def next_group(cfg: Mapping[str, Any], units: Mapping[str, Any], seed: int = 0) -> tuple[str, list[str]]:
-    """``(dataset, run labels)``: the networks of the first group (a data set, without or with
-    BN, in the order of :func:`gmp.experiments.lu_real.runs.schedule`) that has networks with no
-    journalled epoch; a network with some epochs but not all is an error (its run cannot be
-    continued without its checkpoint). ``("", [])`` when every network has run."""
+def pending_groups(cfg: Mapping[str, Any], units: Mapping[str, Any], seed: int = 0) -> list[tuple[str, list[str]]]:
+    """``[(dataset, run labels), ...]``: every group of networks (a data set, without or with BN, in the
+    order of :func:`gmp.experiments.lu_real.runs.schedule`) with its networks that have no journalled
+    epoch in ``units`` (key to value), groups with none left out; a network with some epochs but not all
+    is an error (its run cannot be continued without its checkpoint)."""
     from gmp.experiments import lu_real
 
+    out = []
     for dataset in dict.fromkeys(cfg["data"].values()):
         epochs = int(cfg["epochs"][dataset])
         for batchnorm in (False, True):
@@ -39,8 +40,16 @@ def next_group(cfg: Mapping[str, Any], units: Mapping[str, Any], seed: int = 0) 
                                        "is journalled whole by this command, so this journal came from elsewhere "
                                        "(continue it there, with its checkpoint)")
             if todo:
-                return dataset, todo
-    return "", []
+                out.append((dataset, todo))
+    return out
+
+
+def next_group(cfg: Mapping[str, Any], units: Mapping[str, Any], seed: int = 0) -> tuple[str, list[str]]:
+    """``(dataset, run labels)``: the first of :func:`pending_groups` (the networks of the first group
+    that has networks with no journalled epoch; a network partly journalled is an error), ``("", [])``
+    when every network has run."""
+    groups = pending_groups(cfg, units, seed)
+    return groups[0] if groups else ("", [])
 
 
 MODES = ("CUDA graph, stacked kernels", "stacked kernels", "CUDA graph, torch reference", "torch reference")
@@ -112,13 +121,19 @@ def load_group(cfg: Any, seed: int = 0) -> tuple[str, list[str], Any]:
     """``(dataset, labels, (train, test))`` of the next group (:func:`next_group`) of ``cfg``'s run,
     its data loaded (so that missing data stops the command before anything else runs)."""
     from gmp import results
-    from gmp.experiments import lu_real
 
     journal = results.journal_path("lu_real", cfg.scale, cfg.digest)
     dataset, labels = next_group(cfg, results.journal_units(journal) if journal is not None else {}, seed)
     if not labels:
         return dataset, labels, None
-    return dataset, labels, (lu_real.load_split(dataset, True, cfg["max_train"]), lu_real.load_split(dataset, False))
+    return dataset, labels, group_data(cfg, dataset)
+
+
+def group_data(cfg: Any, dataset: str) -> tuple[Any, Any]:
+    """``(train, test)`` of ``dataset`` as the networks of ``cfg``'s run train on it."""
+    from gmp.experiments import lu_real
+
+    return lu_real.load_split(dataset, True, cfg["max_train"]), lu_real.load_split(dataset, False)
 
 
 def state_path(state: Path, cfg: Any, dataset: str) -> Path:
@@ -175,7 +190,8 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
             summary["probes"].append({**measured, "group_minutes": need / 60})
             left = lease_deadline - time.monotonic()
             print(f"  {count} networks ({measured['mode']}): {1e3 * measured['seconds_per_step']:.2f} ms per step, "
-                  f"{need / 60:.1f} min for {epochs} epochs; {left / 60:.1f} min left", flush=True)
+                  f"{need / 60:.1f} min for {epochs} epochs" + (f"; {left / 60:.1f} min left" if left < 1e8 else ""),
+                  flush=True)
             if need <= 0.95 * left:
                 break
             fewer = min(count - 1, int(count * 0.95 * left / need))
@@ -251,3 +267,25 @@ def train_group(out: Path, cfg: Any, device: str, deadline: float, seed: int, ne
         summary["status"] = (f"stopped at epoch {training.epoch} of {epochs}: nothing journalled; the epochs done are "
                              f"in {unfinished_path.relative_to(out)}")
     return summary
+
+
+def train_stack(work: Path, cfg: Any, device: str, seed: int, dataset: str, labels: Sequence[str],
+                seconds: float | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Train the networks ``labels`` of ``dataset`` of ``cfg``'s run whole, stacked, for all their epochs, within
+    ``seconds`` (None: no limit); ``(entries, summary)``: the journal entries of every epoch of every network
+    trained (in the format of ``Store.memo``, the stack's order) and :func:`train_group`'s summary. What a task of
+    ``python -m gmp.runs lu_real --executor ...`` (``gmp.cluster.StackTask``) writes to its unit file.
+
+    It is :func:`train_group` with ``work`` as its ``OUT`` (emptied of an earlier attempt first) and ``seconds`` as
+    both its deadlines: the stack is probed for its mode as on a lease, and where the measured time does not fit
+    in ``seconds`` it is cut to the networks that do (``summary["networks"]``, the first of ``labels``), or, where
+    not even one does, nothing is trained (``entries`` empty, ``summary["status"]`` says why)."""
+    from gmp import results
+
+    shutil.rmtree(work / "lu_real", ignore_errors=True)
+    deadline = time.monotonic() + (1e9 if seconds is None else seconds)
+    group = (dataset, list(labels), group_data(cfg, dataset))
+    summary = train_group(work, cfg, device, deadline, seed, None, group=group, lease_deadline=deadline)
+    if not summary.get("finished"):
+        return [], summary
+    return results.journal_entries(work / summary["journal"]), summary
