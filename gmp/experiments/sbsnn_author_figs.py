@@ -36,8 +36,8 @@ CONFIG = scaled(
                 compile=False),
     smoke=dict(side=32, width=48, fig4=["sin", "gpn_relu"], fig6=["sin", "gpn_relu"], epochs=3, compare_epoch=2,
                more_seeds=[1]),
-    small=dict(side=64, fig4=["sin", "triangle", "abs_sin", "gpn_relu"], fig6=["sin", "triangle", "gpn_relu"],
-               epochs=30, compare_epoch=25, more_seeds=[1]),
+    small=dict(side=32, fig4=["sin", "triangle", "gpn_relu"], fig6=["sin", "gpn_relu"], epochs=4, compare_epoch=3,
+               more_seeds=[1]),
     paper=dict(side=256, fig4=FIG4_ACTIVATIONS, fig6=FIG7_ACTIVATIONS, epochs=550, compile=True),
 )
 

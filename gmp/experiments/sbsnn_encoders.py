@@ -33,8 +33,7 @@ CONFIG = scaled(
                            "fig7": {"lr": 2e-3, "plateau": {"factor": 0.5, "patience": 10}}},
                 fig5_activation="sin", mse_target=1e-5, fig7_compare_step=100, compile=False),
     smoke=dict(side=32, activations=["sin", "gpn_relu"], steps={"fig6": 6, "fig7": 6}, fig5_step=3),
-    small=dict(side=128, activations=["sin", "triangle", "abs_sin", "gpn_tanh", "gpn_relu"],
-               steps={"fig6": 40, "fig7": 40}, fig5_step=20),
+    small=dict(side=32, activations=["sin", "triangle", "gpn_relu"], steps={"fig6": 20, "fig7": 20}, fig5_step=10),
     paper=dict(side=256, steps={"fig6": 2000, "fig7": 500}, fig5_step=20, compile=True),
 )
 

@@ -28,7 +28,7 @@ CONFIG = scaled(
                 siren={"hidden_features": 256, "hidden_layers": 3, "lr": 1e-4}, mse_target=1e-5,
                 compare_step=500, lr_sweep=[1e-3, 3e-3], compile=False),
     smoke=dict(side=32, steps=8, siren_steps=8),
-    small=dict(side=128, steps=100, siren_steps=100),
+    small=dict(side=32, steps=25, siren_steps=25),
     paper=dict(side=256, steps=3000, siren_steps=10_000, compile=True),
 )
 

@@ -37,7 +37,7 @@ CONFIG = scaled(
                            "siren": {"lr": 2e-4, "plateau": {"factor": 0.5, "patience": 40}}},
                 wide_omega_0=90.0, mse_target=1e-5, compile=False),
     smoke=dict(side=32, steps=6),
-    small=dict(side=128, steps=40),
+    small=dict(side=32, steps=25),
     paper=dict(side=256, steps=500, compile=True),
 )
 
