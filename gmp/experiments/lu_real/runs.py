@@ -283,7 +283,8 @@ def _train_to(cfg: Mapping[str, Any], store: Any, data: dict, live: dict[str, Tr
     network stays in ``live`` (under ``gmp.runs`` it is also checkpointed after every epoch),
     so a process that trains it from epoch to epoch does not rebuild it from its checkpoint."""
     if dataset not in data:
-        data[dataset] = (load_split(dataset, True, cfg["max_train"]), load_split(dataset, False))
+        data[dataset] = (load_split(dataset, True, cfg["max_train"]),
+                         load_split(dataset, False, cfg.get("max_test")))  # no max_test: the whole test split
     train, test = data[dataset]
     variant, batchnorm = label.removesuffix("-BN"), label.endswith("-BN")
     name = network_key(dataset, label, seed)
