@@ -44,7 +44,7 @@ CONFIG = scaled(
                               epochs=40, sustained_tflops=150)),
     smoke=dict(dataset="digits", widths=[4, 4, 8], batch_sizes=[64, 128, 256], epochs=2, seeds=[0],
                mn_momentum=0.1, checkpoint=False),
-    small=dict(dataset="digits", widths=[8, 8, 16], batch_sizes=[32, 64, 128], epochs=6, seeds=[0],
+    small=dict(dataset="digits", widths=[8, 8, 16], batch_sizes=[64, 128, 256], epochs=4, seeds=[0],
                mn_momentum=0.1, checkpoint=False),
     paper=dict(dataset="imagenet32", widths=[128, 256, 512], batch_sizes=[256, 512, 1024], epochs=500,
                seeds=[0, 1, 2], mn_momentum=0.01, checkpoint=True),
