@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib
 import json
 import os
 import platform
@@ -59,9 +60,16 @@ FOLDER = "cluster"
 """The folder, inside a run's scratch folder beside its journal, of the executor's unit files, work and logs."""
 
 
-STACKED = ("lu_real",)
+STACKED = {"lu_real": "gmp.gpu.lu_real"}
 """Chapters whose units are the epochs of networks, each resuming from the epoch before: ``--executor`` runs each
-of their tasks as a stack of whole networks (:class:`StackTask`), not as one unit."""
+of their tasks as a stack of whole networks (:class:`StackTask`), not as one unit. Each names the module of its
+``pending_groups`` and ``train_stack`` (:mod:`gmp.gpu.lu_real`), imported by name for that chapter alone: the code
+fingerprint of every other chapter counts what ``gmp.runs`` imports, and their runs never execute it."""
+
+
+def _stacked(chapter: str) -> Any:
+    """The module of :data:`STACKED` that plans and trains ``chapter``'s stacks."""
+    return importlib.import_module(STACKED[chapter])
 
 
 class Detached(Exception):
@@ -298,8 +306,6 @@ class StackTask:
 
     def __call__(self, chapter: str, scale: str, seed: int, device: str, dataset: str, labels: Sequence[str],
                  folder: str, threads: int, seconds: float | None = None) -> str:
-        from gmp.gpu.lu_real import train_stack
-
         started = time.monotonic()
         _set_threads(threads)
         stack_name = Stack(dataset, tuple(labels), (), 0).name
@@ -307,7 +313,7 @@ class StackTask:
         work = Path(folder) / "work" / name.removesuffix(".jsonl")
         resolved = _config.resolve_device(device)
         left = None if seconds is None else seconds - STACK_MARGIN_S - (time.monotonic() - started)
-        entries, summary = train_stack(work, _config.load(chapter, scale), str(resolved), seed, dataset, labels, left)
+        entries, summary = _stacked(chapter).train_stack(work, _config.load(chapter, scale), str(resolved), seed, dataset, labels, left)
         if entries:
             where = _where(resolved)
             lines = "".join(json.dumps({**entry, **where}) + "\n" for entry in _results.with_code(entries, entries))
@@ -418,11 +424,10 @@ def plan_stacks(chapter: str, scale: str, seed: int, journal: Path, busy: Sequen
     (as :func:`plan`), nor busy (``busy``: the first-epoch keys of tasks still queued or running), at most
     ``per_task`` to a stack. A network partly journalled is a ValueError (it cannot be continued here)."""
     from gmp.experiments.lu_real import epoch_key
-    from gmp.gpu.lu_real import pending_groups
 
     cfg = _config.load(chapter, scale)
     try:
-        groups = pending_groups(cfg, _held(chapter, scale, cfg, seed, journal), seed)
+        groups = _stacked(chapter).pending_groups(cfg, _held(chapter, scale, cfg, seed, journal), seed)
     except RuntimeError as err:
         raise ValueError(f"--executor trains {chapter}'s networks whole, and cannot continue one: {err}") from None
     stacks = []
