@@ -58,7 +58,7 @@ PAPER = {
 def levy_data(cfg: Config, seed: int) -> ToyData:
     """The Levy data of one seed (the same seed also initialises the network, as officially), drawn as the official
     notebook draws them unless ``cfg`` names another ``levy_draw`` (:data:`gmp.data.toy.LEVY_DRAWS`; only the check
-    arms of :mod:`gmp.experiments.chen_levy_arms` do)."""
+    arms of ``gmp.experiments.chen_levy_arms`` do)."""
     return levy(n_train=cfg.n_train, noise=cfg.noise, seed=seed, draw=cfg.get("levy_draw", "notebook"))
 
 
