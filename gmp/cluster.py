@@ -423,8 +423,7 @@ def plan_stacks(chapter: str, scale: str, seed: int, journal: Path, busy: Sequen
     group (:func:`gmp.gpu.lu_real.pending_groups`) with no epoch in the journal, a finished unit file or the cache
     (as :func:`plan`), nor busy (``busy``: the first-epoch keys of tasks still queued or running), at most
     ``per_task`` to a stack. A network partly journalled is a ValueError (it cannot be continued here)."""
-    from gmp.experiments.lu_real import epoch_key
-
+    epoch_key = _config.experiment(chapter).epoch_key
     cfg = _config.load(chapter, scale)
     try:
         groups = _stacked(chapter).pending_groups(cfg, _held(chapter, scale, cfg, seed, journal), seed)

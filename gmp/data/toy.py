@@ -69,9 +69,9 @@ def _check_seed(seed: int) -> int:
 
 
 LEVY_DRAWS = ("notebook", "default_rng")
-"""How :func:`levy` draws its training points: as the official notebook does (``"notebook"``), or by NumPy's
-``default_rng(seed)`` (``"default_rng"``), the book's draw until 2026-11-26, kept for the check arm that reruns
-that earlier design (``gmp.experiments.chen_levy_arms``)."""
+"""The draws of :func:`levy`'s training points. ``"notebook"`` draws them as the official notebook does;
+``"default_rng"`` draws them by NumPy's ``default_rng(seed)``, the book's draw until 2026-11-26, kept for the check
+arm that reruns that earlier design (``gmp.experiments.chen_levy_arms``)."""
 
 
 def levy(n_train: int = 50, noise: float = 0.1, seed: int = 0, dtype: torch.dtype = torch.float64,
