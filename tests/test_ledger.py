@@ -220,6 +220,9 @@ def test_every_rule_replaced_after_its_committed_run_shows_both_verdicts():
     assert rows["chen-banana-accuracy-glorot"]["rule_status"] == ledger.UNKNOWN
     assert "the headline chen-banana-accuracy had until 2026-11-26" in html.unescape(
         rows["chen-banana-accuracy-glorot"]["Rule status"])
+    # Levy's earlier draw was seen at 1cc9952 and judged there by the headline's rule of then, which is kept
+    assert (rows["chen-levy-rmse-earlier-draw"]["rule_status"], rows["chen-levy-rmse-earlier-draw"]["earlier"]) == (
+        ledger.REVISED, PARTLY)
     # the first banana run (2026-11-22) already held both rates; these checks came after it
     assert rows["chen-banana-accuracy-lr001"]["rule_status"] == rows["chen-banana-accuracy-lr01"]["rule_status"] == (
         ledger.WRITTEN_AFTER)
@@ -368,6 +371,40 @@ def test_a_headline_whose_design_changed_after_a_run_was_seen_shows_the_earlier_
     chapter.CLAIMS = [_claim()]
     [row] = ledger.ledger_rows()
     assert row["earlier_design"] is None and ledger.DESIGN_CHANGED not in row["Verdict"] and not row["caveat"]
+
+
+def test_a_check_keeping_a_headlines_earlier_design_is_judged_by_the_headlines_rule_at_the_run_seen(
+        chapter, tmp_path):
+    """Where the run of a headline's earlier design that was seen was judged by the headline's earlier rule, that
+    rule also judges the check keeping the design's runs: revised where it decides otherwise, refactored where not,
+    unknown where that run's rule is not the one kept or the check cannot read its runs as the headline's."""
+    earlier = EarlierRule(rule="reproduced if gap < 0.1, else partly",
+                          check=lambda p: _check({"gap": p["gap"] + 0.9}),
+                          commits="abc1234", replaced="2026-11-21 00:00 UTC", at_run="def5678", gave=PARTLY)
+    design = EarlierDesign(design="the old draw", commits="abc1234", changed="2026-11-21 00:00 UTC",
+                           why="Chosen after the old draw had been seen.", run="def5678", gave=NOT_REPRODUCED,
+                           kept_as="fake-gap-old-design", chapter="fake_chapter")
+    as_headline = lambda p: {"gap": p["old"]}  # noqa: E731 - the check's payload as the headline's
+    kept = _claim(key="fake-gap-old-design", source="check", check=lambda p: _check(as_headline(p)),
+                  as_headline=as_headline)
+
+    def row(payload, **changes):
+        chapter.CLAIMS = [_claim(earlier=dataclasses.replace(earlier, **changes), earlier_design=design), kept]
+        _publish(tmp_path, payload)
+        return {r["key"]: r for r in ledger.ledger_rows()}["fake-gap-old-design"]
+
+    revised = row({"gap": 0.5, "old": 0.5})  # today's rule: reproduced; the headline's rule of then: partly
+    assert (revised["verdict"], revised["rule_status"], revised["earlier"]) == (REPRODUCED, ledger.REVISED, PARTLY)
+    assert "the cache of commit def5678), judged by the headline's rule of then (replaced by abc1234" in (
+        html.unescape(revised["Rule status"]))
+    assert "which gave partly there; on this check's runs that rule gives partly" in html.unescape(
+        revised["Rule status"])
+    same = row({"gap": 0.5, "old": 2.5})  # both rules: partly
+    assert (same["verdict"], same["rule_status"], same["earlier"]) == (PARTLY, ledger.REFACTORED, None)
+    other = row({"gap": 0.5, "old": 0.5}, at_run="0123abc")  # the earlier rule is not that of the run seen
+    assert (other["rule_status"], other["earlier"]) == (ledger.UNKNOWN, None)
+    kept = dataclasses.replace(kept, as_headline=None)
+    assert row({"gap": 0.5, "old": 0.5})["rule_status"] == ledger.UNKNOWN
 
 
 def test_an_earlier_rule_applied_to_a_run_made_after_it_was_replaced_is_not_called_the_rule_in_force_at_it(

@@ -33,10 +33,12 @@ rule at its commit read from git), and no later run recorded another."""
 REVISED = "rule revised after the run"
 """The rule as it was at a run whose results it judges (read from git, or kept in code as
 :attr:`gmp.results.Claim.earlier`) decides otherwise than today's on them, or the run recorded another hash of it
-and what that rule decided cannot be told."""
+and what that rule decided cannot be told; for a check keeping a headline's earlier design, the headline's rule at
+the run of that design that was seen decides otherwise on the check's runs."""
 UNKNOWN = "rule before the run: unknown"
 """The history cannot tell (no commit to read the rule at, units resumed from journals that no committed run dates, a
-check keeping the runs of a headline's earlier design, a run with uncommitted changes whose commit lacks the rule)."""
+check keeping the runs of a headline's earlier design where the rule that judged the run of it that was seen is not
+kept, a run with uncommitted changes whose commit lacks the rule)."""
 REFACTORED = "rule refactored since the run (same verdict)"
 """The rule's hash recorded with the run differs from today's, but the rule as it was at the run's commit,
 read from git (:func:`gmp.rulehistory.judge_at`), gives the same verdict on the run's results; also a rule rewritten
@@ -155,6 +157,31 @@ def _keeps_design_of(chapter: str, claim: Claim) -> Claim | None:
     return None
 
 
+def _kept_design(claim: Claim, kept: Claim, payload: Mapping[str, Any], verdict: str,
+                 runs: str) -> tuple[str, str, tuple[str, str] | None]:
+    """``(status, sentence, earlier)`` of ``claim``, a check keeping the runs of the earlier design of the headline
+    ``kept``, whose run of that design was seen (``runs``: what the check's own runs show). Where the headline's
+    rule at that run is known (its :attr:`gmp.results.Claim.earlier` is the rule of that very run) and the check
+    reads its payload as the headline's (:attr:`gmp.results.Claim.as_headline`), that rule judges the check's runs:
+    :data:`REVISED` with its ``(measured, verdict)`` where it decides otherwise than today's, else
+    :data:`REFACTORED`; otherwise :data:`UNKNOWN`."""
+    design, earlier = kept.earlier_design, kept.earlier
+    seen = (f"this check keeps the runs of the design that the headline {kept.key} had until {design.changed}, and a "
+            f"run of that design was seen (the cache of commit {design.run})")
+    if earlier is None or earlier.at_run != design.run or claim.as_headline is None:
+        return UNKNOWN, (f"Unknown whether the rule was fixed before the results it judges: {seen} before this check "
+                         f"was judged on its own runs. {runs}."), None
+    measured, then = claim.evaluate(payload, lambda p: earlier.check(claim.as_headline(p)))
+    gave = f"gave {earlier.gave} there" if earlier.gave else "what it gave there is not recorded"
+    judged = (f"{seen}, judged by the headline's rule of then (replaced by {earlier.commits}, {earlier.replaced}), "
+              f"which {gave}")
+    if then == verdict:
+        return REFACTORED, (f"Rule rewritten after the run, same verdict: {judged}; on this check's runs that rule "
+                            f"gives today's verdict ({verdict}). {runs}."), None
+    return REVISED, (f"RULE REVISED after the run: {judged}; on this check's runs that rule gives {then}, where "
+                     f"today's gives {verdict}. {runs}."), (measured, then)
+
+
 def _rule_was(root: str, chapter: str, claim: Claim, run: rulehistory.Run) -> bool:
     """Whether ``run`` was made with today's rule of ``claim``: the rule hash it recorded, or else the rule at its
     commit read from git (hashed as today)."""
@@ -230,11 +257,7 @@ def status(chapter: str, claim: Claim, provenance: Mapping[str, Any], payload: M
                          + f". {what}{why}."), None
     kept = _keeps_design_of(chapter, claim)
     if kept is not None:
-        design = kept.earlier_design
-        return UNKNOWN, (f"Unknown whether the rule was fixed before the results it judges: this check keeps the runs "
-                         f"of the design that the headline {kept.key} had until {design.changed}, and a run of that "
-                         f"design was seen (the cache of commit {design.run}) before this check was judged on its own "
-                         f"runs. {what}{why}."), None
+        return _kept_design(claim, kept, payload, verdict, f"{what}{why}")
     for status in (UNKNOWN, REFACTORED, REWORDED):
         if status in status_of:
             head = {UNKNOWN: "Unknown whether the rule was fixed before the run",
