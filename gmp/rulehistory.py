@@ -3,8 +3,9 @@
 A rule whose hash (:func:`gmp.results.rule_digest`) changed since its paper-scale run was either
 refactored (rewritten to decide the same) or revised (made to decide otherwise). The ledger tells them
 apart by what they decide: the package as it was at the run's commit is read from git (``git archive``,
-never from a cache file), imported in a fresh Python process, checked to hash the claim's rule as the run
-recorded, and given the run's payload (:func:`judge_at`).
+never from a cache file), imported in a process of its own (a child forked from one that imported torch and scipy
+once, :data:`_ZYGOTE`), checked to hash the claim's rule as the run recorded, and given the run's payload
+(:func:`judge_at`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import io
 import json
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -78,15 +81,13 @@ def judge_at(root: Path, commit: str, chapter: str, key: str, payload: Mapping[s
         raise Unavailable(f"the run records the commit {commit!r}, not a clean commit (uncommitted changes cannot "
                           f"be read back)")
     tree = _package_at(str(root), commit)
-    try:
-        done = subprocess.run([sys.executable, "-c", _JUDGE, str(tree), chapter, key], input=json.dumps(payload),
-                              capture_output=True, text=True, timeout=300, cwd=tree)
-    except subprocess.TimeoutExpired:
-        raise Unavailable(f"the rule at commit {commit[:10]} did not finish within 300 s") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    code, out, err = _run(_JUDGE, [str(tree), chapter, key], json.dumps(payload), tree)
+    if code is None:
+        raise Unavailable(f"the rule at commit {commit[:10]} did not finish within {TIMEOUT} s") from None
+    if code != 0:
+        last = (err.strip().splitlines() or ["no message"])[-1]
         raise Unavailable(f"the rule at commit {commit[:10]} could not be run ({last})")
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = json.loads(out.strip().splitlines()[-1])
     if found["digest"] != recorded:
         raise Unavailable(f"the rule at commit {commit[:10]} hashes as {found['digest']}, not as the run recorded "
                           f"({recorded}), so it is not the rule the run was made with")
@@ -231,13 +232,84 @@ claims page, the tests) reads the answer instead of importing that commit's ``gm
 
 @functools.cache
 def _rules_at(tree: str, commit: str, request: str) -> dict[str, dict[str, Any] | None]:
-    try:
-        done = subprocess.run([sys.executable, "-c", _RULES_AT, tree], input=request, capture_output=True, text=True,
-                              timeout=300, cwd=tree)
-    except subprocess.TimeoutExpired:
-        raise Unavailable(f"the rules at commit {commit[:10]} did not finish within 300 s") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    code, out, err = _run(_RULES_AT, [tree], request, Path(tree))
+    if code is None:
+        raise Unavailable(f"the rules at commit {commit[:10]} did not finish within {TIMEOUT} s") from None
+    if code != 0:
+        last = (err.strip().splitlines() or ["no message"])[-1]
         raise Unavailable(f"the rules at commit {commit[:10]} could not be read ({last})")
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = json.loads(out.strip().splitlines()[-1])
     return {key.partition("/")[2]: value for key, value in found.items()}
+
+
+TIMEOUT = 300
+"""Seconds a commit's package may take to answer (:func:`_run`)."""
+
+_ZYGOTE = r"""
+import json, os, sys, traceback
+import numpy, scipy.stats, torch, torchvision  # what every commit's gmp imports: loaded once, before the forks
+for line in sys.stdin:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            for fd, path in ((1, job["out"]), (2, job["err"])):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+            sys.stdin = open(job["stdin"])
+            sys.argv = ["-c", *job["argv"]]
+            os.chdir(job["cwd"])
+            exec(compile(job["script"], "<gmp.rulehistory>", "exec"), {"__name__": "__main__"})
+        except SystemExit as stop:
+            if stop.code not in (None, 0):
+                code = stop.code if isinstance(stop.code, int) else 1
+                if not isinstance(stop.code, int):
+                    print(stop.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+"""A process that imports what every commit's package imports (torch, scipy: seconds) once, then forks a fresh
+child for each script it is given: each commit's ``gmp`` is imported in a process of its own, as by a new Python
+process, without paying for torch again."""
+
+_zygote: list[subprocess.Popen] = []
+
+
+def _stop_zygote() -> None:
+    while _zygote:
+        process = _zygote.pop()
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _run(script: str, argv: list[str], stdin: str, cwd: Path) -> tuple[int | None, str, str]:
+    """``(exit code, stdout, stderr)`` of ``script`` run as ``python -c script *argv`` in ``cwd``, reading ``stdin``,
+    in a fresh child of :data:`_ZYGOTE` (started once per process, stopped when it exits); the exit code is None
+    where it did not finish within :data:`TIMEOUT` seconds (the zygote is then stopped, and the next call starts
+    another)."""
+    if not _zygote:
+        _zygote.append(subprocess.Popen([sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, start_new_session=True,
+                                        cwd=tempfile.gettempdir()))
+        atexit.register(_stop_zygote)
+    process = _zygote[0]
+    with tempfile.TemporaryDirectory(prefix="gmp-rules-job-") as folder:
+        paths = {name: os.path.join(folder, name) for name in ("stdin", "out", "err")}
+        Path(paths["stdin"]).write_text(stdin)
+        try:
+            process.stdin.write(json.dumps({"script": script, "argv": argv, "cwd": str(cwd), **paths}) + "\n")
+            process.stdin.flush()
+            ready = select.select([process.stdout], [], [], TIMEOUT)[0]
+            line = process.stdout.readline() if ready else ""
+        except OSError:
+            ready, line = True, ""
+        if not line.strip():
+            _stop_zygote()
+            return (1, "", "the process that runs each commit's package ended unexpectedly") if ready else (None, "", "")
+        return int(line), Path(paths["out"]).read_text(), Path(paths["err"]).read_text()

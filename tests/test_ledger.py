@@ -740,6 +740,30 @@ def test_the_rules_at_a_commit_are_read_once_per_checkout_and_a_kept_answer_that
     assert not list((tmp_path / rulehistory.MEMO).glob("*.tmp"))
 
 
+def test_each_commits_package_runs_in_a_fresh_process_forked_after_torch_is_imported_once(tmp_path, monkeypatch):
+    """The scripts that read a commit's rules run one by one in children of one process that imported torch and scipy
+    once: each sees its own arguments, input and folder, nothing one left in its modules is seen by the next, a
+    failure gives its exit code and message, and one that does not finish in time is stopped and reported as such,
+    the next being answered by a new process."""
+    from gmp import rulehistory
+
+    script = ("import sys, os; print(sys.argv[1:], sys.stdin.read(), os.getcwd(), 'leak' in sys.modules, "
+              "'torch' in sys.modules, 'gmp' in sys.modules); sys.modules['leak'] = sys")
+    first = rulehistory._run(script, ["a", "b"], "input", tmp_path)
+    assert first == (0, f"['a', 'b'] input {tmp_path} False True False\n", "")
+    assert rulehistory._run(script, [], "", tmp_path)[1] == f"[]  {tmp_path} False True False\n"
+    code, _, err = rulehistory._run("import sys; sys.exit('the commit has no such claim')", [], "", tmp_path)
+    assert (code, err) == (1, "the commit has no such claim\n")
+    code, _, err = rulehistory._run("raise ValueError('boom')", [], "", tmp_path)
+    assert code == 1 and err.splitlines()[-1] == "ValueError: boom"
+    [zygote] = rulehistory._zygote
+    monkeypatch.setattr(rulehistory, "TIMEOUT", 1)
+    assert rulehistory._run("import time; time.sleep(30)", [], "", tmp_path) == (None, "", "")
+    assert not rulehistory._zygote and zygote.poll() is not None          # stopped, its sleeping child with it
+    monkeypatch.setattr(rulehistory, "TIMEOUT", 300)
+    assert rulehistory._run(script, ["c"], "", tmp_path)[:2] == (0, f"['c']  {tmp_path} False True False\n")
+
+
 # Verdicts that show their fragility (issue #50, section 3): each comparative claim re-judged by the median of its
 # paired differences and by the exact Wilcoxon signed-rank test, with its rule's own mapping.
 
