@@ -20,7 +20,6 @@ from gmp.characteristic import (BoundaryPerturbation, CharacteristicTracker, bou
                                 characteristic_points, perturb_boundary)
 from gmp.models.mlp import mlp
 from gmp.models.vgg import vgg6
-from gmp.models.resnet import resnet34
 from gmp import gpn, propagation
 from gmp.gpn import GPN, gaussian_moments, gpn_constants, hermite_coefficients, make_activation
 from gmp.models.deep import DeepMLP, RowNormalizedLinear, deep_mlp, orthogonality_drift
@@ -33,6 +32,17 @@ from gmp.encoders import AuthorEncoding, PositionalEncoding
 from gmp.models.implicit import ImplicitMLP, SineLayer, Siren
 from gmp.implicit import FitResult, fit_image, psnr
 from gmp.minibatch import EpochCurves, Plateau, fit_stack
+
+
+
+def __getattr__(name: str):
+    """:func:`gmp.models.resnet34`, imported when first asked for: torchvision's models import ``torch._dynamo``,
+    seconds that every other use of ``gmp`` (each chapter's kernel) need not pay."""
+    if name == "resnet34":
+        from gmp.models.resnet import resnet34
+        return resnet34
+    raise AttributeError(f"module 'gmp' has no attribute {name!r}")
+
 
 try:
     __version__ = version("gmp")

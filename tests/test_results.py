@@ -528,6 +528,35 @@ def test_same_function_records_live_outside_the_fingerprinted_code(tmp_path):
         results.read_same_function(tmp_path / "same.json")
 
 
+def test_what_is_read_from_a_modules_source_is_kept_per_source_and_read_back_only_for_those_bytes(
+        tmp_path, monkeypatch):
+    """Each module's syntax digest and imports are kept under the repository once read, for every later process: a
+    kept fact is the one computed, a changed file is read afresh, and a folder that cannot be written to only costs
+    the time."""
+    from gmp.results import fingerprint
+    package = tmp_path / "gmp"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from gmp.sub import b\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "b.py").write_text("import gmp.sub\nX = 1\n")
+    monkeypatch.setattr(results.files, "repository_root", lambda: tmp_path)
+    fresh = {p.relative_to(package).as_posix(): results._syntax_digest(p.read_bytes()) for p in package.rglob("*.py")}
+    assert results.read_module_hashes(results.CODE_HASH, package) == fresh
+    kept = sorted((tmp_path / fingerprint.MEMO).iterdir())
+    assert len(kept) == 3 and results.read_module_hashes(results.CODE_HASH, package) == fresh
+    assert sorted((tmp_path / fingerprint.MEMO).iterdir()) == kept  # read back, not written again
+    (package / "sub" / "b.py").write_text("import gmp.sub\nX = 2\n")
+    changed = results.read_module_hashes(results.CODE_HASH, package)
+    assert changed["sub/b.py"] == results._syntax_digest(b"import gmp.sub\nX = 2\n") != fresh["sub/b.py"]
+    imports = {package / "__init__.py", package / "sub" / "__init__.py", package / "sub" / "b.py"}
+    assert fingerprint._imported(package / "__init__.py", package) == imports
+    assert len(list((tmp_path / fingerprint.MEMO).iterdir())) == 5  # three digests, one changed, one module's imports
+    assert fingerprint._imported(package / "__init__.py", package) == imports
+    monkeypatch.setattr(results.files, "repository_root", lambda: tmp_path / "file")
+    (tmp_path / "file").write_text("not a folder")
+    assert results.read_module_hashes(results.CODE_HASH, package) == changed
+
+
 def test_the_code_hash_leaves_out_documentation_comments_and_layout_but_not_code():
     source = 'X = 1\n"""Doc of X."""\n\n\ndef f(x):\n    """Doc."""\n    return x + X  # why\n'
     reworded = '# a header\nX = 1\n"""Another doc."""\ndef f(x):\n    """Doc,\n    longer."""\n\n    return (x +\n            X)\n'

@@ -72,6 +72,25 @@ def filters(model: nn.Module) -> int:
     return sum(m.out_channels for m in model.modules() if isinstance(m, nn.Conv2d))
 
 
+def test_resnet34_is_imported_only_when_first_asked_for():
+    """torchvision's models import torch._dynamo (seconds): ``import gmp`` does not load them, ``gmp.resnet34`` and
+    ``gmp.models``' ResNet names do."""
+    import subprocess
+    import sys
+    script = ("import sys, gmp; loaded = lambda: sorted({'torchvision', 'torch._dynamo'} & set(sys.modules)); "
+              "print(loaded()); f = gmp.resnet34; print(loaded()); from gmp.models import GmPBasicBlock, RESNET_PARAMS;"
+              "import gmp.models.resnet as r; print(f is gmp.models.resnet34 is r.resnet34, "
+              "(GmPBasicBlock, RESNET_PARAMS) == (r.GmPBasicBlock, r.RESNET_PARAMS))")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300,
+                           cwd=Path(gmp.__file__).parent.parent).stdout.splitlines()
+    assert shown == ["[]", "['torch._dynamo', 'torchvision']", "True True"]
+    assert gmp.resnet34 is gmp.models.resnet34 is gmp.models.resnet.resnet34
+    with pytest.raises(AttributeError, match="no attribute 'resnet35'"):
+        gmp.models.resnet35  # noqa: B018
+    with pytest.raises(AttributeError, match="module 'gmp' has no attribute 'resnet35'"):
+        gmp.resnet35  # noqa: B018
+
+
 def test_resnet34_parameter_counts():
     torch.manual_seed(0)
     bn = gmp.models.resnet34("bn")

@@ -15,8 +15,11 @@ import contextlib
 import functools
 import hashlib
 import json
+import os
 import re
-from collections.abc import Collection, Mapping
+import sys
+import tempfile
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -92,7 +95,37 @@ def read_module_hashes(scheme: str, package: Path | None = None) -> dict[str, st
         return module_digests(package)
     if scheme != CODE_HASH:
         raise ValueError(f"unknown code hash {scheme!r}: expected {CODE_HASH!r} or 'source'")
-    return {p.relative_to(package).as_posix(): _syntax_digest(p.read_bytes()) for p in sorted(package.rglob("*.py"))}
+    return {p.relative_to(package).as_posix(): _kept("syntax", p.read_bytes(), _syntax_digest)
+            for p in sorted(package.rglob("*.py"))}
+
+
+MEMO = Path("_build") / "module-facts"
+"""Where :func:`_kept` keeps what is read from a module's source (its :func:`_syntax_digest`, the imports
+:func:`_imported` finds), under the repository (ignored by git), one file per fact, source and reading code (this
+module's bytes and the Python it runs under): a fact never changes while those bytes do not, so every later process
+(each chapter's kernel, the tests) reads it instead of parsing about 100 modules again (seconds)."""
+
+_READING = hashlib.sha256(Path(__file__).read_bytes() + sys.version.encode()).digest()
+
+
+def _kept(fact: str, source: bytes, read: Callable[[bytes], Any]) -> Any:
+    """``read(source)``, a JSON value, kept under :data:`MEMO` of the repository (where there is one) for these
+    bytes, this ``fact`` and this reading code, and read from there when kept."""
+    root = _files.repository_root()
+    if root is None:
+        return read(source)
+    path = root / MEMO / hashlib.sha256(_READING + fact.encode() + b"\0" + source).hexdigest()
+    with contextlib.suppress(OSError, ValueError):
+        kept = json.loads(path.read_text())
+        if isinstance(kept, dict) and set(kept) == {"fact"}:
+            return kept["fact"]
+    value = read(source)
+    with contextlib.suppress(OSError):  # a folder it cannot write to: the fact is computed, not kept
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as out:
+            json.dump({"fact": value}, out)
+        os.replace(out.name, path)
+    return value
 
 
 def _module_hashes(scheme: str) -> dict[str, str]:
@@ -253,14 +286,18 @@ def _imported(path: Path, package: Path) -> set[Path]:
     by any ``import`` statement anywhere in it (those inside functions too), with the ``__init__.py``
     of every package on the way, which Python runs first."""
     here = path.relative_to(package.parent).parts[:-1]  # the package the module is in
-    named = []
-    for node in ast.walk(ast.parse(path.read_bytes())):
-        if isinstance(node, ast.Import):
-            named += [alias.name.split(".") for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = list(here[:len(here) - node.level + 1]) if node.level else []
-            module = base + (node.module.split(".") if node.module else [])
-            named += [module] + [module + [alias.name] for alias in node.names]
+
+    def imports(source: bytes) -> list[list[str]]:
+        named = []
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                named += [alias.name.split(".") for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = list(here[:len(here) - node.level + 1]) if node.level else []
+                module = base + (node.module.split(".") if node.module else [])
+                named += [module] + [module + [alias.name] for alias in node.names]
+        return named
+    named = _kept("imports in " + "/".join(here), path.read_bytes(), imports)
     files = set()
     for parts in named:
         for end in range(1, len(parts) + 1):
