@@ -4,7 +4,7 @@ A rule whose hash (:func:`gmp.results.rule_digest`) changed since its paper-scal
 refactored (rewritten to decide the same) or revised (made to decide otherwise). The ledger tells them
 apart by what they decide: the package as it was at the run's commit is read from git (``git archive``,
 never from a cache file), imported in a process of its own (a child forked from one that imported torch and scipy
-once, :data:`_ZYGOTE`), checked to hash the claim's rule as the run recorded, and given the run's payload
+once, ``_ZYGOTE``), checked to hash the claim's rule as the run recorded, and given the run's payload
 (:func:`judge_at`).
 """
 
@@ -243,7 +243,7 @@ def _rules_at(tree: str, commit: str, request: str) -> dict[str, dict[str, Any] 
 
 
 TIMEOUT = 300
-"""Seconds a commit's package may take to answer (:func:`_run`)."""
+"""Seconds a commit's package may take to answer (``_run``)."""
 
 _ZYGOTE = r"""
 import json, os, sys, traceback

@@ -53,7 +53,7 @@ CONFIG = scaled(
                 lrs=[0.01, 0.1], official_lr=OFFICIAL_LR, gmp_init="glorot_half", batch_size=128,
                 adam_eps=1e-7, plateau_factor=0.1, protocols=list(PROTOCOLS), boundary_grid=150),
     smoke=dict(seeds=1, epochs=6, plateau_patience=2, stop_patience=4),
-    small=dict(seeds=1, epochs=600, plateau_patience=25, stop_patience=50),
+    small=dict(seeds=1, epochs=300, plateau_patience=25, stop_patience=50),
     paper=dict(seeds=10, epochs=5000, plateau_patience=50, stop_patience=100),
 )
 

@@ -39,7 +39,7 @@ CONFIG = scaled(
                 lr={"SP": 0.01, "WN": 0.01, "BN": 0.01, "GmP": 0.1}, gmp_init="glorot", loss="mae",
                 adam_eps=1e-7, plateau_factor=0.1, spectrum_rows=120, far_factor=10.0),
     smoke=dict(seeds=1, epochs=20, plateau_patience=5, stop_patience=10),
-    small=dict(seeds=1, epochs=2000, plateau_patience=100, stop_patience=200),
+    small=dict(seeds=1, epochs=1000, plateau_patience=50, stop_patience=100),
     paper=dict(seeds=10, epochs=10_000, plateau_patience=500, stop_patience=1000),
 )
 

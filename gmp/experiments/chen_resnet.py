@@ -39,7 +39,7 @@ CONFIG = scaled(
                 estimate=dict(seeds=3, images=1_281_167, epochs=90, sustained_tflops=150)),
     smoke=dict(dataset="digits", image_size=16, width=4, batch_sizes=[256], epochs=1, seeds=[0],
                mn_momentum=0.1, checkpoint=False),
-    small=dict(dataset="digits", image_size=16, width=8, batch_sizes=[64], epochs=4, seeds=[0],
+    small=dict(dataset="digits", image_size=16, width=8, batch_sizes=[64], epochs=2, seeds=[0],
                mn_momentum=0.1, checkpoint=False),
     paper=dict(dataset="imagenet", image_size=224, width=64, batch_sizes=[512], epochs=500, seeds=[0, 1, 2],
                mn_momentum=0.01, checkpoint=True),

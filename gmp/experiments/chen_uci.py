@@ -49,8 +49,8 @@ CONFIG = scaled(
                 validation_fraction=0.2, protocols=list(PROTOCOLS), monitor="val_mse",
                 plateau_factor=0.1, plateau_patience=50, stop_patience=100),
     smoke=dict(datasets=["yacht", "naval"], seeds=[0], epochs=3),
-    small=dict(datasets=["yacht", "energy", "naval"], seeds=[0, 1], epochs=150,
-               epochs_by_dataset={"naval": 20}),
+    small=dict(datasets=["yacht", "energy", "naval"], seeds=[0, 1], epochs=60,
+               epochs_by_dataset={"naval": 10}),
     paper=dict(datasets=list(DATASETS), seeds=list(range(10)), epochs=5000),
 )
 

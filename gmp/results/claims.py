@@ -221,7 +221,7 @@ class Claim:
     """The baseline the claim is about (such as SIREN, or SP and WN), where the paper claims something of a method
     it compares against rather than of its own: the ledger labels it so, and its tallies count it apart."""
     as_headline: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
-    """For a check that keeps the runs of a headline's earlier design (:attr:`EarlierDesign.kept_as`): its payload in
+    """For a check that keeps the runs of a headline's earlier design (``EarlierDesign.kept_as``): its payload in
     the shape of the headline's result, so that the headline's earlier rule (:attr:`earlier`), where that rule judged
     the run of the design that was seen, judges the kept runs too. Without it such a check's rule status is unknown."""
 

@@ -100,8 +100,8 @@ def read_module_hashes(scheme: str, package: Path | None = None) -> dict[str, st
 
 
 MEMO = Path("_build") / "module-facts"
-"""Where :func:`_kept` keeps what is read from a module's source (its :func:`_syntax_digest`, the imports
-:func:`_imported` finds), under the repository (ignored by git), one file per fact, source and reading code (this
+"""Where ``_kept`` keeps what is read from a module's source (its ``_syntax_digest``, the imports ``_imported``
+finds), under the repository (ignored by git), one file per fact, source and reading code (this
 module's bytes and the Python it runs under): a fact never changes while those bytes do not, so every later process
 (each chapter's kernel, the tests) reads it instead of parsing about 100 modules again (seconds)."""
 

@@ -27,7 +27,7 @@ CONFIG = scaled(
                epochs={"digits": 1, "mnist1d": 1}, lr=2e-2, max_train=256, ratio_every=1,
                activations=["ReLU", "GELU"], cost_probe_depth=2, cost_probe_steps=1),
     small=dict(data={"mnist": "mnist", "cifar10": "mnist"}, width=64, depth=20,
-               epochs={"mnist": 2}, lr=2e-2, max_train=2048, max_test=2000, ratio_every=1,
+               epochs={"mnist": 2}, lr=2e-2, max_train=1024, max_test=2000, ratio_every=1,
                cost_probe_depth=20, cost_probe_steps=3),
     paper=dict(data={"mnist": "mnist", "cifar10": "cifar10"}, width=500, depth=200,
                epochs={"mnist": 50, "cifar10": 100}, lr=1e-4, max_train=None, ratio_every=10,
