@@ -34,7 +34,6 @@ from gmp.implicit import FitResult, fit_image, psnr
 from gmp.minibatch import EpochCurves, Plateau, fit_stack
 
 
-
 def __getattr__(name: str):
     """:func:`gmp.models.resnet34`, imported when first asked for: torchvision's models import ``torch._dynamo``,
     seconds that every other use of ``gmp`` (each chapter's kernel) need not pay."""

@@ -278,8 +278,10 @@ child for each script it is given: each commit's ``gmp`` is imported in a proces
 process, without paying for torch again."""
 
 _zygote: list[subprocess.Popen] = []
+"""The zygote this process started, while it runs."""
 
 
+@atexit.register
 def _stop_zygote() -> None:
     while _zygote:
         process = _zygote.pop()
@@ -297,7 +299,6 @@ def _run(script: str, argv: list[str], stdin: str, cwd: Path) -> tuple[int | Non
         _zygote.append(subprocess.Popen([sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, start_new_session=True,
                                         cwd=tempfile.gettempdir()))
-        atexit.register(_stop_zygote)
     process = _zygote[0]
     with tempfile.TemporaryDirectory(prefix="gmp-rules-job-") as folder:
         paths = {name: os.path.join(folder, name) for name in ("stdin", "out", "err")}

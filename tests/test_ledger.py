@@ -403,6 +403,10 @@ def test_a_check_keeping_a_headlines_earlier_design_is_judged_by_the_headlines_r
     assert (same["verdict"], same["rule_status"], same["earlier"]) == (PARTLY, ledger.REFACTORED, None)
     other = row({"gap": 0.5, "old": 0.5}, at_run="0123abc")  # the earlier rule is not that of the run seen
     assert (other["rule_status"], other["earlier"]) == (ledger.UNKNOWN, None)
+    unread = row({"gap": 0.5, "old": 0.5}, check=lambda p: _check({"gap": p["missing"]}))
+    assert (unread["rule_status"], unread["earlier"]) == (ledger.UNKNOWN, None)
+    assert "the headline's rule of then cannot judge this check's runs (KeyError" in html.unescape(
+        unread["Rule status"])
     kept = dataclasses.replace(kept, as_headline=None)
     assert row({"gap": 0.5, "old": 0.5})["rule_status"] == ledger.UNKNOWN
 

@@ -171,7 +171,11 @@ def _kept_design(claim: Claim, kept: Claim, payload: Mapping[str, Any], verdict:
     if earlier is None or earlier.at_run != design.run or claim.as_headline is None:
         return UNKNOWN, (f"Unknown whether the rule was fixed before the results it judges: {seen} before this check "
                          f"was judged on its own runs. {runs}."), None
-    measured, then = claim.evaluate(payload, lambda p: earlier.check(claim.as_headline(p)))
+    try:
+        measured, then = claim.evaluate(payload, lambda p: earlier.check(claim.as_headline(p)))
+    except (ValueError, *MALFORMED) as err:
+        return UNKNOWN, (f"Unknown whether the rule was fixed before the results it judges: {seen}, and the headline's "
+                         f"rule of then cannot judge this check's runs ({type(err).__name__}: {err}). {runs}."), None
     gave = f"gave {earlier.gave} there" if earlier.gave else "what it gave there is not recorded"
     judged = (f"{seen}, judged by the headline's rule of then (replaced by {earlier.commits}, {earlier.replaced}), "
               f"which {gave}")
