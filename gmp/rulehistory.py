@@ -273,9 +273,9 @@ for line in sys.stdin:
         os._exit(code)
     print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """
-"""A process that imports what every commit's package imports (torch, scipy: seconds) once, then forks a fresh
-child for each script it is given: each commit's ``gmp`` is imported in a process of its own, as by a new Python
-process, without paying for torch again."""
+"""A process that imports once what every commit's package imports (torch and scipy, seconds), then forks a fresh
+child for each script it is given, so that each commit's ``gmp`` is imported in a process of its own, as by a new
+Python process, without paying for torch again."""
 
 _zygote: list[subprocess.Popen] = []
 """The zygote this process started, while it runs."""

@@ -221,9 +221,10 @@ class Claim:
     """The baseline the claim is about (such as SIREN, or SP and WN), where the paper claims something of a method
     it compares against rather than of its own: the ledger labels it so, and its tallies count it apart."""
     as_headline: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
-    """For a check that keeps the runs of a headline's earlier design (``EarlierDesign.kept_as``): its payload in
-    the shape of the headline's result, so that the headline's earlier rule (:attr:`earlier`), where that rule judged
-    the run of the design that was seen, judges the kept runs too. Without it such a check's rule status is unknown."""
+    """How a check that keeps the runs of a headline's earlier design (``EarlierDesign.kept_as``) reads its payload
+    in the shape of the headline's result, so that the headline's earlier rule (:attr:`earlier`), where that rule
+    judged the run of the design that was seen, judges the kept runs too. Without it such a check's rule status is
+    unknown."""
 
     def __post_init__(self):
         if self.kind not in KIND_VERDICTS:
