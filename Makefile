@@ -26,8 +26,10 @@ $(MATHJAX):
 	cd _build/mathjax-pack && npm pack --silent mathjax@3 > /dev/null && tar -xzf mathjax-*.tgz
 	mv _build/mathjax-pack/package/es5 book/_static/mathjax && rm -rf _build/mathjax-pack
 
+# The chapters are executed BOOK_JOBS at a time (auto: one per core, at most 4) before the build renders them.
+BOOK_JOBS ?= auto
 book: $(VENV)/.installed $(MATHJAX)
-	$(PY) -m gmp.bookcache --path-output $(OUT)
+	GMP_SCALE=$(SCALE) $(PY) -m gmp.bookcache --path-output $(OUT) --jobs $(BOOK_JOBS)
 	GMP_SCALE=$(SCALE) $(VENV)/bin/jupyter-book build . --path-output $(OUT) -W -n --keep-going
 	@echo "The book is in $(OUT)/_build/html/index.html"
 

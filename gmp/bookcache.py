@@ -4,9 +4,11 @@ Jupyter Book (``execute_notebooks: cache``) re-executes a page only when its cod
 change. A chapter's output also depends on the package ``gmp`` and on its cached
 paper-scale results in ``book/_results/<chapter>/`` and on those of any chapter whose cache
 it reads; when either changes, this drops the chapter's cached execution so the next build
-runs it again. ``make book`` calls it first:
+runs it again. With ``--jobs``, it then executes the pages that have no cached execution, that
+many at a time, each in its own kernel, and keeps each in the cache as it finishes, so the
+build that follows only renders them. ``make book`` calls it first:
 
-    python -m gmp.bookcache --path-output _build/smoke
+    python -m gmp.bookcache --path-output _build/smoke --jobs 2
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import json
 import os
 import re
 import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
 from pathlib import Path
 
 from gmp.results import RESULTS_PATH, repository_root
@@ -38,6 +43,9 @@ def package_digest(root: Path) -> str:
 
 CODE_CELL = re.compile(r"^```\{code-cell\}", re.M)
 """A code cell of a MyST-NB page: a page with one is a notebook that Jupyter Book executes."""
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+"""A terminal colour code, as IPython colours a traceback: taken out of the tracebacks this module reports."""
 
 READS_OTHER = re.compile(r"""\bcached\(\s*["'](\w+)["']""")
 """A page's call ``gmp.results.cached("<chapter>", ...)``, by which it reads that chapter's cached results too."""
@@ -97,9 +105,111 @@ def invalidate(path_output: Path, root: Path) -> list[str]:
     return changed
 
 
+def _book_config(root: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+
+
+def read_page(page: Path, root: Path):
+    """The page's MyST source as Jupyter Book (myst-nb) reads it into a notebook to execute and cache."""
+    from myst_nb.core.read import read_myst_markdown_notebook
+    from myst_parser.config.main import MdParserConfig
+
+    extensions = set(_book_config(root)["parse"]["myst_enable_extensions"])
+    return read_myst_markdown_notebook(page.read_text(encoding="utf-8"), config=MdParserConfig(
+        enable_extensions=extensions), add_source_map=True, path=str(page))
+
+
+def _execute(page: Path, root: Path, threads: str) -> tuple[str, float, str | None]:
+    """Run ``page`` as the build would (in its own folder, by jupyter-cache's executor, with the book's timeout
+    and error setting) on ``threads`` threads; return the executed notebook as JSON, its seconds and the error's
+    traceback or None."""
+    import nbformat
+    from jupyter_cache.executors.utils import single_nb_execution
+
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
+    execute = _book_config(root)["execute"]
+    notebook = read_page(page, root)
+    done = single_nb_execution(notebook, cwd=str(page.parent), timeout=execute["timeout"],
+                               allow_errors=execute["allow_errors"], meta_override=True)
+    error = ANSI.sub("", done.exc_string) if done.err is not None else None
+    return nbformat.writes(notebook), done.time, error
+
+
+def execute_pending(path_output: Path, root: Path, jobs: int, echo=print) -> dict[str, str]:
+    """Execute every page with code cells that has no cached execution, ``jobs`` pages at a time, and keep each in
+    Jupyter Book's execution cache as it finishes (this process is the cache's one writer); return the traceback of
+    each page that failed, by page. A failed page is left uncached, so the build runs it again and reports it.
+    Pages that the build executes on every read (``execution_mode: force``) are left to it. Each kernel runs on
+    the cores divided among the jobs (``OMP_NUM_THREADS`` where that is set)."""
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    cache = get_cache(path_output / "_build" / ".jupyter_cache")
+    mode = _book_config(root)["execute"]["execute_notebooks"]
+    pending = []
+    for page in sorted((root / "book").rglob("*.md")):
+        if "_results" in page.parts or not CODE_CELL.search(page.read_text(encoding="utf-8")):
+            continue
+        notebook = read_page(page, root)
+        if notebook.metadata.get("mystnb", {}).get("execution_mode", mode) != "cache":
+            continue  # executed by the build itself, on every read (the ledger, which reads the git history)
+        try:
+            cache.match_cache_notebook(notebook)
+        except KeyError:
+            pending.append(page.resolve())
+    failed: dict[str, str] = {}
+    if not pending:
+        return failed
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
+    echo(f"gmp.bookcache: executing {len(pending)} page(s), {jobs} at a time, {threads} thread(s) each")
+    start = time.monotonic()
+    with ProcessPoolExecutor(max_workers=min(jobs, len(pending)), mp_context=get_context("spawn")) as pool:
+        running = {pool.submit(_execute, page, root, threads): page for page in pending}
+        finished = 0
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                page = running.pop(future)
+                text, seconds, error = future.result()
+                finished += 1
+                name = page.relative_to(root / "book").with_suffix("")
+                if error is None:
+                    cache.cache_notebook_bundle(CacheBundleIn(nbformat.reads(text, nbformat.NO_CONVERT), str(page),
+                                                              data={"execution_seconds": seconds}),
+                                                check_validity=False, overwrite=True)
+                    echo(f"  [{finished}/{len(pending)}] {name}: {seconds:.0f} s")
+                else:
+                    failed[str(page)] = error
+                    echo(f"  [{finished}/{len(pending)}] {name}: FAILED after {seconds:.0f} s; the build runs it "
+                         f"again and reports the error. Its last lines:\n" + "\n".join(error.splitlines()[-8:]))
+    echo(f"gmp.bookcache: {len(pending) - len(failed)} page(s) executed in {time.monotonic() - start:.0f} s"
+         + (f", {len(failed)} failed" if failed else ""))
+    return failed
+
+
+def _jobs(text: str) -> int:
+    if text == "auto":
+        return max(1, min(os.cpu_count() or 1, AUTO_JOBS))
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of pages at a time (1 or more) or auto, "
+                                         f"not {text!r}")
+    return int(text)
+
+
+AUTO_JOBS = 4
+"""The most pages ``--jobs auto`` executes at a time (one per core up to this): each kernel holds up to about
+1.5 GB of memory (measured at small scale)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gmp.bookcache", description=__doc__.split("\n\n")[0])
     parser.add_argument("--path-output", default=".", help="the --path-output given to jupyter-book build")
+    parser.add_argument("--jobs", type=_jobs, default=None,
+                        help="then execute the pages without a cached execution, this many at a time (auto: one per "
+                             f"core, at most {AUTO_JOBS}), at the scale GMP_SCALE names")
     args = parser.parse_args(argv)
     root = repository_root()
     if root is None:
@@ -109,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gmp.bookcache: {len(changed)} page(s) will be read and executed again "
               f"(gmp or their cached results changed, or they have no cached execution): "
               f"{', '.join(Path(u).stem for u in changed)}")
+    if args.jobs is not None:
+        execute_pending(Path(args.path_output), root, args.jobs, echo=lambda line: print(line, flush=True))
     return 0
 
 

@@ -6,6 +6,7 @@ import nbformat
 from jupyter_cache import get_cache
 from jupyter_cache.base import CacheBundleIn
 
+from conftest import ROOT
 from gmp import bookcache
 
 
@@ -82,3 +83,49 @@ def test_a_notebook_page_whose_last_execution_failed_is_read_again(tmp_path):
     assert page.stat().st_mtime > 1_000_000 and other.stat().st_mtime == 1_000_000
     _cache_pages(tmp_path, page)
     assert bookcache.invalidate(tmp_path, tmp_path) == []
+
+
+def _book(tmp_path, pages):
+    """A book whose pages are MyST notebooks with the given code cells (a ``force`` page is executed by the build
+    on every read)."""
+    (tmp_path / "_toc.yml").write_text("root: book/intro\n")
+    (tmp_path / "_config.yml").write_text((ROOT / "_config.yml").read_text())
+    for name, code in pages.items():
+        force = name.startswith("force")
+        (tmp_path / "book" / f"{name}.md").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "book" / f"{name}.md").write_text(
+            "---\nkernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n"
+            + ("mystnb:\n  execution_mode: force\n" if force else "")
+            + f"---\n\n# {name}\n\n```{{code-cell}} ipython3\n{code}\n```\n")
+    return {name: (tmp_path / "book" / f"{name}.md").resolve() for name in pages}
+
+
+def _rendezvous(me, other):
+    """A cell that passes only while the page ``other`` runs at the same time as this one."""
+    return (f"import pathlib, time\npathlib.Path('{me}.ready').touch()\nfor _ in range(600):\n"
+            f"    if pathlib.Path('{other}.ready').exists():\n        break\n    time.sleep(0.1)\n"
+            f"else:\n    raise RuntimeError('{other} did not run beside {me}')\nprint('{me} met {other}')")
+
+
+def test_pages_without_a_cached_execution_run_side_by_side_and_are_kept_for_the_build(tmp_path):
+    """``--jobs 2`` runs two pages at the same time (each waits for the other), keeps each executed notebook under
+    the key the build looks it up by, leaves a page that failed uncached with its traceback, and leaves alone the
+    pages the build executes on every read and those already cached."""
+    pages = _book(tmp_path, {"part1/a": _rendezvous("a", "b"), "part1/b": _rendezvous("b", "a"),
+                             "part1/bad": "raise ValueError('no data here')", "force_ledger": "x = 1"})
+    lines = []
+    failed = bookcache.execute_pending(tmp_path, tmp_path, 2, echo=lines.append)
+    assert list(failed) == [str(pages["part1/bad"])] and "ValueError: no data here" in failed[str(pages["part1/bad"])]
+    cache = get_cache(tmp_path / "_build" / ".jupyter_cache")
+    assert sorted(r.uri for r in cache.list_cache_records()) == [str(pages["part1/a"]), str(pages["part1/b"])]
+    for name in ("part1/a", "part1/b"):
+        _, merged = cache.merge_match_into_notebook(bookcache.read_page(pages[name], tmp_path))
+        code = [cell for cell in merged.cells if cell.cell_type == "code"]
+        assert [output.get("text") for output in code[0].outputs] == [f"{name[-1]} met {'ba'[name[-1] == 'b']}\n"]
+        assert (pages[name].parent / f"{name[-1]}.ready").is_file()  # in the page's own folder, as the build runs it
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // 2))
+    assert lines[0] == f"gmp.bookcache: executing 3 page(s), 2 at a time, {threads} thread(s) each"
+    assert any("bad: FAILED" in line and "ValueError: no data here" in line for line in lines)
+    again = []
+    assert list(bookcache.execute_pending(tmp_path, tmp_path, 1, echo=again.append)) == [str(pages["part1/bad"])]
+    assert again[0].startswith("gmp.bookcache: executing 1 page(s), 1 at a time")

@@ -16,16 +16,6 @@ from gmp import bookcache, config, results
 from gmp.implicit import FitResult
 
 
-def _as_the_book_reads_it(page):
-    """The chapter's MyST source as Jupyter Book (myst-nb) reads it into a notebook to execute and cache."""
-    from myst_nb.core.read import read_myst_markdown_notebook
-    from myst_parser.config.main import MdParserConfig
-
-    extensions = yaml.safe_load((ROOT / "_config.yml").read_text())["parse"]["myst_enable_extensions"]
-    return read_myst_markdown_notebook(page.read_text(encoding="utf-8"), config=MdParserConfig(
-        enable_extensions=set(extensions)), add_source_map=True, path=str(page))
-
-
 @pytest.mark.chapter
 @pytest.mark.parametrize("page", chapters(), ids=lambda p: p.stem)
 def test_chapter_runs_at_smoke_scale(page, monkeypatch):
@@ -41,7 +31,7 @@ def test_chapter_runs_at_smoke_scale(page, monkeypatch):
     monkeypatch.setenv("GMP_SCALE", "smoke")
     monkeypatch.delenv("GMP_RESULTS_STAGING", raising=False)
     execute = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
-    notebook = _as_the_book_reads_it(page)
+    notebook = bookcache.read_page(page, ROOT)
     # What the book's build does before it executes anything: drop the cached executions of changed code or results.
     bookcache.invalidate(SMOKE_BOOK, ROOT)
     executed = single_nb_execution(notebook, cwd=str(page.parent), timeout=execute["timeout"],
@@ -53,7 +43,7 @@ def test_chapter_runs_at_smoke_scale(page, monkeypatch):
     cache = get_cache(SMOKE_BOOK / "_build" / ".jupyter_cache")
     cache.cache_notebook_bundle(CacheBundleIn(notebook, str(page), data={"execution_seconds": executed.time}),
                                 check_validity=False, overwrite=True)
-    assert cache.match_cache_notebook(_as_the_book_reads_it(page)).uri == str(page)
+    assert cache.match_cache_notebook(bookcache.read_page(page, ROOT)).uri == str(page)
 
 
 @pytest.mark.chapter
