@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
@@ -46,6 +47,9 @@ CODE_CELL = re.compile(r"^```\{code-cell\}", re.M)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 """A terminal colour code, as IPython colours a traceback: taken out of the tracebacks this module reports."""
+
+KERNEL_NOTICE = re.compile(r"WARNING \| Kernel is running over TCP without encryption")
+"""The notice each Jupyter kernel prints on its stderr as it starts (on a local machine, nothing to act on)."""
 
 READS_OTHER = re.compile(r"""\bcached\(\s*["'](\w+)["']""")
 """A page's call ``gmp.results.cached("<chapter>", ...)``, by which it reads that chapter's cached results too."""
@@ -131,8 +135,17 @@ def _execute(page: Path, root: Path, threads: str) -> tuple[str, float, str | No
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
     execute = _book_config(root)["execute"]
     notebook = read_page(page, root)
-    done = single_nb_execution(notebook, cwd=str(page.parent), timeout=execute["timeout"],
-                               allow_errors=execute["allow_errors"], meta_override=True)
+    with tempfile.TemporaryFile("w+") as kernel_err:  # the kernel's own stderr: passed on, less its TCP notice
+        saved = os.dup(2)
+        os.dup2(kernel_err.fileno(), 2)
+        try:
+            done = single_nb_execution(notebook, cwd=str(page.parent), timeout=execute["timeout"],
+                                       allow_errors=execute["allow_errors"], meta_override=True)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        kernel_err.seek(0)
+        sys.stderr.writelines(line for line in kernel_err if not KERNEL_NOTICE.search(line))
     error = ANSI.sub("", done.exc_string) if done.err is not None else None
     return nbformat.writes(notebook), done.time, error
 

@@ -107,14 +107,18 @@ def _rendezvous(me, other):
             f"else:\n    raise RuntimeError('{other} did not run beside {me}')\nprint('{me} met {other}')")
 
 
-def test_pages_without_a_cached_execution_run_side_by_side_and_are_kept_for_the_build(tmp_path):
+def test_pages_without_a_cached_execution_run_side_by_side_and_are_kept_for_the_build(tmp_path, capfd):
     """``--jobs 2`` runs two pages at the same time (each waits for the other), keeps each executed notebook under
     the key the build looks it up by, leaves a page that failed uncached with its traceback, and leaves alone the
-    pages the build executes on every read and those already cached."""
+    pages the build executes on every read and those already cached. What a kernel writes to its own stderr is
+    passed on, less the notice each kernel prints as it starts."""
     pages = _book(tmp_path, {"part1/a": _rendezvous("a", "b"), "part1/b": _rendezvous("b", "a"),
-                             "part1/bad": "raise ValueError('no data here')", "force_ledger": "x = 1"})
+                             "part1/bad": "import os\nos.write(2, b'said by the kernel itself\\n')\n"
+                                          "raise ValueError('no data here')", "force_ledger": "x = 1"})
     lines = []
     failed = bookcache.execute_pending(tmp_path, tmp_path, 2, echo=lines.append)
+    kernel_err = capfd.readouterr().err
+    assert "said by the kernel itself" in kernel_err and "Kernel is running over TCP" not in kernel_err
     assert list(failed) == [str(pages["part1/bad"])] and "ValueError: no data here" in failed[str(pages["part1/bad"])]
     cache = get_cache(tmp_path / "_build" / ".jupyter_cache")
     assert sorted(r.uri for r in cache.list_cache_records()) == [str(pages["part1/a"]), str(pages["part1/b"])]
