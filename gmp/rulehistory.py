@@ -216,11 +216,10 @@ def rules_at(root: Path, commit: str, chapter: str, asked: Mapping[str, list[Any
     except (OSError, ValueError):
         pass
     found = _rules_at(str(_package_at(str(root), commit)), commit, request)
+    from gmp.results.files import atomic_write_json
+
     with contextlib.suppress(OSError):  # a folder it cannot write to: the answer is computed, not kept
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=memo.parent, suffix=".tmp", delete=False) as out:
-            json.dump(found, out)
-        os.replace(out.name, memo)
+        atomic_write_json(memo, found)
     return found
 
 

@@ -4,6 +4,7 @@ provisional verdicts, and whether a rule was fixed before its run."""
 import dataclasses
 import html
 import itertools
+import os
 import json
 import subprocess
 import sys
@@ -739,6 +740,9 @@ def test_the_rules_at_a_commit_are_read_once_per_checkout_and_a_kept_answer_that
     assert rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [2]}, "hashing")["a"]["verdicts"][0][0] == 2
     assert ran == ["abc1234"] * 2                                              # another payload is another question
     [kept] = [p for p in (tmp_path / rulehistory.MEMO).iterdir() if json.loads(p.read_text())["a"]["verdicts"][0][0] == 1]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert kept.stat().st_mode & 0o777 == 0o644 & ~umask  # readable in a shared checkout, as every file written
     kept.write_text(json.dumps({"b": None}))
     assert rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing") == first and len(ran) == 3
     assert not list((tmp_path / rulehistory.MEMO).glob("*.tmp"))

@@ -544,6 +544,9 @@ def test_what_is_read_from_a_modules_source_is_kept_per_source_and_read_back_onl
     assert results.read_module_hashes(results.CODE_HASH, package) == fresh
     kept = sorted((tmp_path / fingerprint.MEMO).iterdir())
     assert len(kept) == 3 and results.read_module_hashes(results.CODE_HASH, package) == fresh
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert {p.stat().st_mode & 0o777 for p in kept} == {0o644 & ~umask}  # readable in a shared checkout
     assert sorted((tmp_path / fingerprint.MEMO).iterdir()) == kept  # read back, not written again
     (package / "sub" / "b.py").write_text("import gmp.sub\nX = 2\n")
     changed = results.read_module_hashes(results.CODE_HASH, package)

@@ -15,10 +15,8 @@ import contextlib
 import functools
 import hashlib
 import json
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -121,10 +119,7 @@ def _kept(fact: str, source: bytes, read: Callable[[bytes], Any]) -> Any:
             return kept["fact"]
     value = read(source)
     with contextlib.suppress(OSError):  # a folder it cannot write to: the fact is computed, not kept
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as out:
-            json.dump({"fact": value}, out)
-        os.replace(out.name, path)
+        _files.atomic_write_json(path, {"fact": value})
     return value
 
 
