@@ -18,12 +18,14 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any, Callable
 
 from gmp.results import RESULTS_PATH, repository_root
 
@@ -125,6 +127,18 @@ def read_page(page: Path, root: Path):
         enable_extensions=extensions), add_source_map=True, path=str(page))
 
 
+def _uninterrupted(write: Callable[[], Any]) -> None:
+    """``write()`` with a Ctrl-C held back until it is done (then raised), so that no half-kept page is left."""
+    held = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        write()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+
+
 def _execute(page: Path, root: Path, threads: str) -> tuple[str, float, str | None]:
     """Run ``page`` as the build would (in its own folder, by jupyter-cache's executor, with the book's timeout
     and error setting) on ``threads`` threads; return the executed notebook as JSON, its seconds and the error's
@@ -135,6 +149,7 @@ def _execute(page: Path, root: Path, threads: str) -> tuple[str, float, str | No
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
     execute = _book_config(root)["execute"]
     notebook = read_page(page, root)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a Ctrl-C stops this page and shuts its kernel down
     with tempfile.TemporaryFile("w+") as kernel_err:  # the kernel's own stderr: passed on, less its TCP notice
         saved = os.dup(2)
         os.dup2(kernel_err.fileno(), 2)
@@ -142,6 +157,7 @@ def _execute(page: Path, root: Path, threads: str) -> tuple[str, float, str | No
             done = single_nb_execution(notebook, cwd=str(page.parent), timeout=execute["timeout"],
                                        allow_errors=execute["allow_errors"], meta_override=True)
         finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # idle, the worker waits for the pool to stop it
             os.dup2(saved, 2)
             os.close(saved)
         kernel_err.seek(0)
@@ -179,25 +195,33 @@ def execute_pending(path_output: Path, root: Path, jobs: int, echo=print) -> dic
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
     echo(f"gmp.bookcache: executing {len(pending)} page(s), {jobs} at a time, {threads} thread(s) each")
     start = time.monotonic()
-    with ProcessPoolExecutor(max_workers=min(jobs, len(pending)), mp_context=get_context("spawn")) as pool:
+    finished = 0
+    with ProcessPoolExecutor(max_workers=min(jobs, len(pending)), mp_context=get_context("spawn"),
+                             initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
         running = {pool.submit(_execute, page, root, threads): page for page in pending}
-        finished = 0
-        while running:
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                page = running.pop(future)
-                text, seconds, error = future.result()
-                finished += 1
-                name = page.relative_to(root / "book").with_suffix("")
-                if error is None:
-                    cache.cache_notebook_bundle(CacheBundleIn(nbformat.reads(text, nbformat.NO_CONVERT), str(page),
-                                                              data={"execution_seconds": seconds}),
-                                                check_validity=False, overwrite=True)
-                    echo(f"  [{finished}/{len(pending)}] {name}: {seconds:.0f} s")
-                else:
-                    failed[str(page)] = error
-                    echo(f"  [{finished}/{len(pending)}] {name}: FAILED after {seconds:.0f} s; the build runs it "
-                         f"again and reports the error. Its last lines:\n" + "\n".join(error.splitlines()[-8:]))
+        try:
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    page = running.pop(future)
+                    text, seconds, error = future.result()
+                    name = page.relative_to(root / "book").with_suffix("")
+                    if error is None:
+                        _uninterrupted(lambda: cache.cache_notebook_bundle(CacheBundleIn(
+                            nbformat.reads(text, nbformat.NO_CONVERT), str(page), data={"execution_seconds": seconds}),
+                            check_validity=False, overwrite=True))
+                        finished += 1
+                        echo(f"  [{finished + len(failed)}/{len(pending)}] {name}: {seconds:.0f} s")
+                    else:
+                        failed[str(page)] = error
+                        echo(f"  [{finished + len(failed)}/{len(pending)}] {name}: FAILED after {seconds:.0f} s; the "
+                             f"build runs it again and reports the error. Its last lines:\n"
+                             + "\n".join(error.splitlines()[-8:]))
+        except KeyboardInterrupt:
+            pool.shutdown(cancel_futures=True)
+            echo(f"gmp.bookcache: interrupted; {finished} page(s) executed and kept, the next build executes the "
+                 f"other {len(pending) - finished}")
+            raise
     echo(f"gmp.bookcache: {len(pending) - len(failed)} page(s) executed in {time.monotonic() - start:.0f} s"
          + (f", {len(failed)} failed" if failed else ""))
     return failed
@@ -233,7 +257,10 @@ def main(argv: list[str] | None = None) -> int:
               f"(gmp or their cached results changed, or they have no cached execution): "
               f"{', '.join(Path(u).stem for u in changed)}")
     if args.jobs is not None:
-        execute_pending(Path(args.path_output), root, args.jobs, echo=lambda line: print(line, flush=True))
+        try:
+            execute_pending(Path(args.path_output), root, args.jobs, echo=lambda line: print(line, flush=True))
+        except KeyboardInterrupt:
+            return 130
     return 0
 
 

@@ -1,6 +1,12 @@
-"""A chapter's cached execution is dropped when gmp or its cached results change."""
+"""A chapter's cached execution is dropped when gmp or its cached results change; the pages without one are
+executed several at a time before the build (``make book``), and a Ctrl-C keeps those that finished."""
 
+import itertools
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import nbformat
 from jupyter_cache import get_cache
@@ -133,3 +139,36 @@ def test_pages_without_a_cached_execution_run_side_by_side_and_are_kept_for_the_
     again = []
     assert list(bookcache.execute_pending(tmp_path, tmp_path, 1, echo=again.append)) == [str(pages["part1/bad"])]
     assert again[0].startswith("gmp.bookcache: executing 1 page(s), 1 at a time")
+
+
+def test_a_ctrl_c_keeps_the_pages_executed_stops_the_others_and_leaves_no_kernel_behind(tmp_path):
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) while one page runs and another is
+    done: the command says what it kept and exits with 130 at once, without a traceback; the finished page stays in
+    the cache, the stopped one is not there, and no process is left in the pages' folder (a page's kernel runs there,
+    in a process group of its own that the Ctrl-C does not reach)."""
+    pages = _book(tmp_path, {"part1/a": "print('quick')", "part1/b": "import time\ntime.sleep(600)"})
+    command = subprocess.Popen([sys.executable, "-m", "gmp.bookcache", "--path-output", ".", "--jobs", "2"],
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    said = [line for line in itertools.takewhile(lambda line: "part1/a:" not in line, command.stdout)]
+    os.killpg(command.pid, signal.SIGINT)
+    said += command.stdout.readlines()
+    assert command.wait(timeout=60) == 130, "".join(said)
+    assert said[-1] == "gmp.bookcache: interrupted; 1 page(s) executed and kept, the next build executes the other 1\n"
+    assert not any("Traceback" in line for line in said), "".join(said)
+    cache = get_cache(tmp_path / "_build" / ".jupyter_cache")
+    assert [record.uri for record in cache.list_cache_records()] == [str(pages["part1/a"])]
+    folder = str(pages["part1/a"].parent)
+    for _ in range(100):  # the kernel's own exit may trail the command's by a moment
+        left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cwd(pid) == folder]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left
+
+
+def _cwd(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
