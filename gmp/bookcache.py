@@ -231,7 +231,7 @@ def _jobs(text: str) -> int:
     if text == "auto":
         return max(1, min(os.cpu_count() or 1, AUTO_JOBS))
     if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of pages at a time (1 or more) or auto, "
+        raise argparse.ArgumentTypeError(f"give a whole number of pages to run at a time (1 or more) or auto, "
                                          f"not {text!r}")
     return int(text)
 

@@ -9,6 +9,7 @@ import sys
 import time
 
 import nbformat
+import pytest
 from jupyter_cache import get_cache
 from jupyter_cache.base import CacheBundleIn
 
@@ -172,3 +173,12 @@ def _cwd(pid):
         return os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return None
+
+
+def test_jobs_that_are_not_a_whole_number_of_one_or_more_are_refused_saying_what_to_give(capsys):
+    for wrong in ("0", "two", "-1"):
+        with pytest.raises(SystemExit) as stop:
+            bookcache.main(["--jobs", wrong])
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.endswith(f"argument --jobs: give a whole number of pages to run at a time (1 or "
+                                                f"more) or auto, not {wrong!r}\n")
