@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -198,14 +198,16 @@ print(json.dumps(out))
 """
 
 
-def rules_at(root: Path, commit: str, chapter: str, asked: Mapping[str, list[Any]],
-             hashing: str) -> dict[str, dict[str, Any] | None]:
+def rules_at(root: Path, commit: str, chapter: str, asked: Mapping[str, list[Any]], hashing: str,
+             keep: Callable[[Path, Any], None]) -> dict[str, dict[str, Any] | None]:
     """For each claim key of ``asked`` (key to payloads), the claim of ``chapter`` as it was at ``commit`` of the
     repository at ``root`` (read from git, run in a separate Python process), or None where that commit has no such
     claim: its ``kind``, its ``digest`` and ``decision`` (its rule hashed by today's :func:`gmp.results.rule_digest`,
     and the same without its words and kind: what decides), ``recorded_as`` (hashed as that commit hashed rules, ""
     where it did not) and its ``[measured, verdict]`` on each payload (``[error, None]`` where it fails on it). Raises :class:`Unavailable` saying
-    why where that cannot be told."""
+    why where that cannot be told. The answer is kept under :data:`MEMO` of ``root`` by ``keep(path, answer)`` (the
+    caller gives :func:`gmp.results.files.atomic_write_json`: this module imports nothing of ``gmp``, whose other
+    commits it runs) and read from there when asked again."""
     request = json.dumps({"hashing": hashing, "claims": {chapter: dict(asked)}}, sort_keys=True)
     key = hashlib.sha256(json.dumps([commit, request, _RULES_AT, sys.version]).encode()).hexdigest()
     memo = Path(root) / MEMO / f"{key}.json"
@@ -216,10 +218,8 @@ def rules_at(root: Path, commit: str, chapter: str, asked: Mapping[str, list[Any
     except (OSError, ValueError):
         pass
     found = _rules_at(str(_package_at(str(root), commit)), commit, request)
-    from gmp.results.files import atomic_write_json
-
     with contextlib.suppress(OSError):  # a folder it cannot write to: the answer is computed, not kept
-        atomic_write_json(memo, found)
+        keep(memo, found)
     return found
 
 

@@ -729,22 +729,22 @@ def test_the_rules_at_a_commit_are_read_once_per_checkout_and_a_kept_answer_that
     not read."""
     from gmp import rulehistory
 
-    ran = []
+    ran, keep = [], results.files.atomic_write_json
     monkeypatch.setattr(rulehistory, "_package_at", lambda root, commit: tmp_path / "tree")
     monkeypatch.setattr(rulehistory, "_rules_at", lambda tree, commit, request: ran.append(commit) or {
         key: {"verdicts": [[json.loads(request)["claims"]["ch"][key][0], "reproduced"]]}
         for key in json.loads(request)["claims"]["ch"]})
-    first = rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing")
-    assert ran == ["abc1234"] and rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing") == first
+    first = rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing", keep)
+    assert ran == ["abc1234"] and rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing", keep) == first
     assert ran == ["abc1234"]                                                  # read from the memo, not recomputed
-    assert rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [2]}, "hashing")["a"]["verdicts"][0][0] == 2
+    assert rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [2]}, "hashing", keep)["a"]["verdicts"][0][0] == 2
     assert ran == ["abc1234"] * 2                                              # another payload is another question
     [kept] = [p for p in (tmp_path / rulehistory.MEMO).iterdir() if json.loads(p.read_text())["a"]["verdicts"][0][0] == 1]
     umask = os.umask(0o022)
     os.umask(umask)
     assert kept.stat().st_mode & 0o777 == 0o644 & ~umask  # readable in a shared checkout, as every file written
     kept.write_text(json.dumps({"b": None}))
-    assert rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing") == first and len(ran) == 3
+    assert rulehistory.rules_at(tmp_path, "abc1234", "ch", {"a": [1]}, "hashing", keep) == first and len(ran) == 3
     assert not list((tmp_path / rulehistory.MEMO).glob("*.tmp"))
 
 

@@ -79,7 +79,7 @@ def _claims_at(root: str, commit: str, chapter: str, run_commit: str) -> dict[st
         today = _cache.cached(chapter, claim.result, "paper")
         asked[claim.key] = [rulehistory.payload_at(root, run_commit, chapter, claim.result) if run_commit else None,
                             today.payload if today.status == "current" else None]
-    return rulehistory.rules_at(Path(root), commit, chapter, asked, todays_hashing())
+    return rulehistory.rules_at(Path(root), commit, chapter, asked, todays_hashing(), _files.atomic_write_json)
 
 
 def _rule_then(root: str, chapter: str, commit: str, claim: Claim, run: rulehistory.Run) -> dict[str, Any] | None:
