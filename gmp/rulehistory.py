@@ -206,7 +206,7 @@ def rules_at(root: Path, commit: str, chapter: str, asked: Mapping[str, list[Any
     and the same without its words and kind: what decides), ``recorded_as`` (hashed as that commit hashed rules, ""
     where it did not) and its ``[measured, verdict]`` on each payload (``[error, None]`` where it fails on it). Raises :class:`Unavailable` saying
     why where that cannot be told. The answer is kept under :data:`MEMO` of ``root`` by ``keep(path, answer)`` (the
-    caller gives :func:`gmp.results.files.atomic_write_json`: this module imports nothing of ``gmp``, whose other
+    caller gives ``gmp.results.files.atomic_write_json``: this module imports nothing of ``gmp``, whose other
     commits it runs) and read from there when asked again."""
     request = json.dumps({"hashing": hashing, "claims": {chapter: dict(asked)}}, sort_keys=True)
     key = hashlib.sha256(json.dumps([commit, request, _RULES_AT, sys.version]).encode()).hexdigest()
