@@ -72,6 +72,11 @@ def fingerprint(page: Path, root: Path, package: str | None = None) -> str:
     return digest.hexdigest()
 
 
+def _pages(root: Path) -> list[Path]:
+    """The book's MyST pages, ``book/**/*.md`` less the folders of cached results."""
+    return [p for p in sorted((root / "book").rglob("*.md")) if "_results" not in p.parts]
+
+
 def invalidate(path_output: Path, root: Path) -> list[str]:
     """Mark the pages whose fingerprint changed for re-execution; return their paths.
 
@@ -84,7 +89,7 @@ def invalidate(path_output: Path, root: Path) -> list[str]:
     """
     cache_dir = path_output / "_build" / ".jupyter_cache"
     state_file = path_output / "_build" / ".gmp-fingerprints.json"
-    pages = [p for p in sorted((root / "book").rglob("*.md")) if "_results" not in p.parts]
+    pages = _pages(root)
     package = package_digest(root)
     current = {str(p.resolve()): fingerprint(p, root, package) for p in pages}
     stored = json.loads(state_file.read_text()) if state_file.is_file() else {}
@@ -179,8 +184,8 @@ def execute_pending(path_output: Path, root: Path, jobs: int, echo=print) -> dic
     cache = get_cache(path_output / "_build" / ".jupyter_cache")
     mode = _book_config(root)["execute"]["execute_notebooks"]
     pending = []
-    for page in sorted((root / "book").rglob("*.md")):
-        if "_results" in page.parts or not CODE_CELL.search(page.read_text(encoding="utf-8")):
+    for page in _pages(root):
+        if not CODE_CELL.search(page.read_text(encoding="utf-8")):
             continue
         notebook = read_page(page, root)
         if notebook.metadata.get("mystnb", {}).get("execution_mode", mode) != "cache":
