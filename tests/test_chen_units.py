@@ -87,6 +87,18 @@ def test_an_arms_chapter_names_the_chapters_runs_only_where_its_cache_does_not_s
     assert keys and not any(key.startswith("reference/") or "/" not in key for key in keys)
 
 
+@pytest.mark.parametrize("chapter", ["chen_banana_arms", "chen_levy_arms", "chen_uci_arms"])
+def test_an_arms_config_of_other_settings_computes_its_own_reference_rather_than_read_the_chapters(chapter):
+    """The chapter's paper cache is current, but an arms config whose runs would train for half the epochs is not
+    served by it: the reference runs are then units of the arms' own run, which computes them."""
+    cfg = config.load(chapter, "paper")
+    halved = config.Config(chapter, "paper", {**cfg.as_dict(), "epochs": cfg.epochs // 2})
+    module = config.experiment(chapter)
+    keys = list(module.units(halved, None, SEED, "cpu"))
+    assert set(keys) > set(module.units(cfg, None, SEED, "cpu"))
+    assert any(key.startswith("reference/") or "/" not in key for key in keys)
+
+
 @pytest.mark.chapter
 def test_a_smoke_run_of_chen_levy_is_re_stamped_and_a_perturbed_unit_is_refused_and_named(tmp_path, monkeypatch,
                                                                                           capsys):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from gmp import results as _results
-from gmp.config import SCALES, Config, scaled
+from gmp.config import SCALES, Config, load, scaled
 from gmp.experiments import chen_banana
 from gmp.results import Claim, PowerTest, Store, paired_interval
 
@@ -61,9 +61,12 @@ def _arm_units(cfg: Config, seeds: Sequence[int], device: torch.device | str) ->
 
 
 def _cached_reference(cfg: Config, seeds: Sequence[int]) -> dict[str, Any] | None:
-    """:func:`reference` from the chapter's cache at ``cfg.scale`` when that is current and holds ``seeds``, else None."""
+    """:func:`reference` from the chapter's cache at ``cfg.scale`` when that is current, holds ``seeds`` and was
+    computed with the settings that ``cfg`` gives the chapter's runs, else None (an arms config with other epochs, say,
+    computes its own reference rather than reading runs of another setting)."""
     entry = _results.cached("chen_banana", "fig3", cfg.scale)
-    if entry.current and [int(s) for s in seeds] == entry.payload["seeds"]:
+    if (entry.current and _main_cfg(cfg).digest == load("chen_banana", cfg.scale).digest
+            and [int(s) for s in seeds] == entry.payload["seeds"]):
         p = entry.provenance or {}
         return {"source": f"the chapter's {cfg.scale}-scale cache (run of {p.get('date', '?')}, "
                           f"config digest {p.get('config_digest', '?')})", "payload": entry.payload}
@@ -89,7 +92,8 @@ def run_arms(cfg: Config, store: Store, seeds: Sequence[int], device: torch.devi
 
 def reference(cfg: Config, store: Store, seeds: Sequence[int], device: torch.device | str = "cpu"
               ) -> dict[str, Any]:
-    """The chapter's ``fig3`` payload on ``seeds``: from its cache at ``cfg.scale`` when current, else computed."""
+    """The chapter's ``fig3`` payload on ``seeds``: from its cache at ``cfg.scale`` when current and computed with the
+    settings ``cfg`` gives the chapter's runs, else computed."""
     cached = _cached_reference(cfg, seeds)
     if cached is not None:
         return cached

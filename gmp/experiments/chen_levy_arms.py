@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from gmp import results as _results
-from gmp.config import SCALES, Config, scaled
+from gmp.config import SCALES, Config, load, scaled
 from gmp.experiments import chen_levy
 from gmp.results import Claim, PowerTest, Store
 
@@ -94,21 +94,30 @@ def _arm_units(cfg: Config, seeds: Sequence[int], device: torch.device | str) ->
     return out
 
 
+def _reference_config(cfg: Config) -> Config:
+    """The config of the chapter's own runs under ``cfg``: each method at its rate of ``cfg.lr``, GmP initialised
+    by ``cfg.gmp_init``, on the official notebook's draw."""
+    return arm_config(cfg, {"method": "GmP", "lr": cfg.lr["GmP"], "init": cfg.gmp_init, "draw": "notebook"})
+
+
 def _reference_units(cfg: Config, seeds: Sequence[int], device: torch.device | str
                      ) -> dict[str, Callable[[], dict[str, Any]]]:
     """The :func:`record` of the chapter's run of every method (at its official rate) on every seed of ``seeds``,
     by :func:`reference_key`."""
-    main_cfg = arm_config(cfg, {"method": "GmP", "lr": cfg.lr["GmP"], "init": cfg.gmp_init, "draw": "notebook"})
+    main_cfg = _reference_config(cfg)
     return {reference_key(m, seed): (lambda m=m, s=seed: record(chen_levy.train_one(main_cfg, m, s, device)))
             for m in cfg.methods for seed in seeds}
 
 
 def _cached_reference(cfg: Config, seeds: Sequence[int]) -> dict[str, Any] | None:
-    """:func:`reference` from the chapter's ``fig2`` cache at ``cfg.scale`` when that is current and holds ``seeds``,
-    else None."""
+    """:func:`reference` from the chapter's ``fig2`` cache at ``cfg.scale`` when that is current, holds ``seeds`` and
+    was computed with the settings that ``cfg`` gives the chapter's runs, else None (an arms config with other
+    epochs, say, computes its own reference rather than reading runs of another setting)."""
     entry = _results.cached("chen_levy", "fig2", cfg.scale)
     wanted = {str(s) for s in seeds}
-    if entry.current and all(wanted <= set(entry.payload["runs"][m]) for m in cfg.methods):
+    chapter = Config(cfg.chapter, cfg.scale, load("chen_levy", cfg.scale))
+    if (entry.current and _reference_config(chapter).digest == _reference_config(cfg).digest
+            and all(wanted <= set(entry.payload["runs"][m]) for m in cfg.methods)):
         p = entry.provenance or {}
         return {"source": f"the chapter's {cfg.scale}-scale cache (run of {p.get('date', '?')}, "
                           f"config digest {p.get('config_digest', '?')})",
@@ -136,8 +145,8 @@ def reference(cfg: Config, store: Store, seeds: Sequence[int], device: torch.dev
               ) -> dict[str, Any]:
     """The chapter's own runs (each method at its official rate) on ``seeds``.
 
-    From the chapter's ``fig2`` cache at ``cfg.scale`` when it is current and holds these seeds;
-    otherwise computed here through ``store.memo``. ``source`` says which.
+    From the chapter's ``fig2`` cache at ``cfg.scale`` when it is current, holds these seeds and was computed with
+    the settings ``cfg`` gives them; otherwise computed here through ``store.memo``. ``source`` says which.
     """
     cached = _cached_reference(cfg, seeds)
     if cached is not None:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from gmp import results as _results
-from gmp.config import SCALES, Config, scaled
+from gmp.config import SCALES, Config, load, scaled
 from gmp.experiments import chen_uci
 from gmp.progress import bar
 from gmp.results import Claim, PowerTest, Store
@@ -79,6 +79,12 @@ def _arm_units(cfg: Config, device: torch.device | str) -> dict[str, Callable[[]
     return out
 
 
+def _run_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`gmp.experiments.chen_uci.run_one` reads of ``cfg``: all but the arms and the grid's choice of runs
+    (``_RESTRICT``'s data sets and seeds, and the protocols)."""
+    return {k: v for k, v in cfg.items() if k not in ("arms", "datasets", "seeds", "protocols")}
+
+
 def _reference_units(cfg: Config, device: torch.device | str) -> dict[str, Callable[[], dict[str, Any]]]:
     """The chapter's clean-protocol runs on the arms' data sets and seeds, by :func:`reference_key`."""
     settings = {k: v for k, v in cfg.items() if k != "arms"}
@@ -87,11 +93,12 @@ def _reference_units(cfg: Config, device: torch.device | str) -> dict[str, Calla
 
 
 def _cached_reference(cfg: Config) -> dict[str, Any] | None:
-    """:func:`reference` from the chapter's ``table1`` cache at ``cfg.scale`` when that is current and complete for
-    the arms' data sets and seeds, else None."""
+    """:func:`reference` from the chapter's ``table1`` cache at ``cfg.scale`` when that is current, complete for
+    the arms' data sets and seeds and computed with the settings that ``cfg`` gives each run, else None (an arms
+    config with other epochs, say, computes its own reference rather than reading runs of another setting)."""
     wanted = {(d, m, s) for d in cfg.datasets for m in cfg.methods for s in cfg.seeds}
     entry = _results.cached("chen_uci", "table1", cfg.scale)
-    if entry.current:
+    if entry.current and _run_settings(cfg) == _run_settings(load("chen_uci", cfg.scale)):
         runs = [r for r in entry.payload["runs"] if r["protocol"] == "clean"
                 and (r["dataset"], r["method"], r["seed"]) in wanted]
         if len(runs) == len(wanted):
@@ -130,7 +137,8 @@ def run_arms(cfg: Config, store: Store, device: torch.device | str = "cpu") -> d
 
 def reference(cfg: Config, store: Store, device: torch.device | str = "cpu") -> dict[str, Any]:
     """The chapter's clean-protocol runs on the arms' data sets and seeds: from its ``table1``
-    cache at ``cfg.scale`` when current and complete for them, else computed here."""
+    cache at ``cfg.scale`` when current, complete for them and computed with the settings ``cfg`` gives each run,
+    else computed here."""
     cached = _cached_reference(cfg)
     if cached is not None:
         return cached
