@@ -501,7 +501,7 @@ def test_store_record_journals_many_units_in_one_write_as_memo_journals_one(tmp_
     entries = results.journal_entries(tmp_path / "lu_real" / "_partial" / f"smoke-{cfg.digest}.jsonl")
     assert [(e["key"], e["value"]) for e in entries] == [("a", {"x": 1}), ("b", {"x": 2}), ("c", {"x": 3})]
     assert [e["seconds"] for e in entries[1:]] == [3.0, 4.0]
-    assert {k for e in entries for k in e} - {"modules", "hash", "edited"} == set(entries[1])
+    assert {k for e in entries for k in e} - {"modules", "hash"} == set(entries[1])
     assert store.journalled("c") == {"x": 3}
 
 
