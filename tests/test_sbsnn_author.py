@@ -197,6 +197,11 @@ def test_figs_fits_more_seeds_as_one_stack_per_network_and_the_claims_read_them(
     assert nerf.train_mse[0] != rotated.train_mse[0], "the two encoders of one seed are two networks"
     assert set(figs.fits_of(done)["fig4"]) == {"sin/siren_layer"}, "the figures draw seed 0"
     assert figs.summary(cfg, done)["seeds"] == rows
+    siren = {"passes": {"author": 40}, "kept_pixels": 3 * cfg.side ** 2 // 4, "epochs": 50, "source": "a test"}
+    assert figs.summary(cfg, done, {**siren, "side": cfg.side})["siren_own"]["side"] == cfg.side
+    with pytest.raises(ValueError, match=f"SIREN's same-image fit \\(a test\\) has {2 * cfg.side} pixels a side and "
+                                         f"these figures' fits {cfg.side}"):
+        figs.summary(cfg, done, {**siren, "side": 2 * cfg.side})
 
 
 def test_each_reverse_arm_takes_one_of_the_authors_settings_away(paper_cfg):

@@ -276,7 +276,13 @@ def fits_of(units_done: Mapping[str, Any]) -> dict[str, dict[str, EpochCurves]]:
 
 def summary(cfg, units_done: Mapping[str, Any], siren_own: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The payload of the claims: per figure and curve, :func:`gmp.experiments.sbsnn_author.payload.fit_row`; and,
-    where given, SIREN under its own protocol on the same image (:func:`siren_reference`) as ``siren_own``."""
+    where given, SIREN under its own protocol on the same image (:func:`siren_reference`) as ``siren_own``, which
+    must be a fit of ``cfg.side`` pixels a side (ValueError otherwise: passes to a PSNR over images of two sizes are
+    no comparison)."""
+    if siren_own and siren_own["side"] != cfg.side:
+        raise ValueError(f"SIREN's same-image fit ({siren_own['source']}) has {siren_own['side']} pixels a side and "
+                         f"these figures' fits {cfg.side}: the sbsnn_author and sbsnn_author_figs configs at this "
+                         f"scale give the image two sizes; give them one side, or leave SIREN's fit out")
     fits = fits_of(units_done)
     return {"side": cfg.side, "compare_epoch": cfg.compare_epoch,
             "figures": {figure: {name: fit_row(fit, "less_aggressive", at_epoch=cfg.compare_epoch)
