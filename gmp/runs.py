@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import datetime as _dt
 import gzip
 import json
@@ -53,7 +52,7 @@ from gmp import verification
 from gmp.progress import PROGRESS_ENV
 from gmp.provenance import UNITS_FILE, describe_device, git_commit, units_of
 from gmp.provenance import device_name, precision  # noqa: F401 (lu_real imports them as gmp.runs.<name>)
-from gmp.runlock import remove_if_empty as _remove_if_empty, run_lock
+from gmp.runlock import run_lock
 
 
 def chapter_notebook(chapter: str, root: Path) -> Path:

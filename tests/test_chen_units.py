@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT
 from gmp import config, results, runs, verification
-from gmp.experiments import chen_banana, chen_banana_arms, chen_levy, chen_levy_arms, chen_uci, chen_uci_arms
+from gmp.experiments import chen_levy, chen_levy_arms, chen_uci, chen_uci_arms
 
 SEED = 0
 

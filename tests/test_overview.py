@@ -8,7 +8,6 @@ import json
 import re
 import urllib.parse
 
-import pytest
 import yaml
 
 import gmp.overview as overview

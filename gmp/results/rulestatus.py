@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import types
 from collections.abc import Mapping
 from pathlib import Path

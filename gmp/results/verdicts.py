@@ -21,8 +21,7 @@ from typing import Any
 
 from gmp import rulehistory
 from gmp.results import rulestatus
-from gmp.results.rulestatus import (FIXED, MALFORMED, REFACTORED, REVISED, REWORDED, STATUSES, UNKNOWN,
-                                    WRITTEN_AFTER)
+from gmp.results.rulestatus import FIXED, MALFORMED, REFACTORED, REVISED, UNKNOWN, WRITTEN_AFTER
 from gmp.results import cache as _cache
 from gmp.results import claims as _claims
 from gmp.results.claims import NotYetRun
