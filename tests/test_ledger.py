@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 
 from gmp import config, results
+from gmp.results import rulestatus
 from gmp.results import verdicts as ledger
 from gmp.results import (INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED, SOURCES, Claim, EarlierDesign, EarlierRule,
                          PowerTest, sign_test)
@@ -215,7 +216,7 @@ def test_every_rule_replaced_after_its_committed_run_shows_both_verdicts():
         assert rows[key]["rule_status"] == ledger.REVISED and rows[key]["earlier"] in results.VERDICTS, key
     for key, row in rows.items():  # a rule revised after its run, as the history shows it, shows both verdicts
         if key not in replaced and row["verdict"] in (*results.VERDICTS, *results.IDENTITY_VERDICTS):
-            assert row["rule_status"] in ledger.STATUSES, key
+            assert row["rule_status"] in rulestatus.STATUSES, key
             assert (row["rule_status"] == ledger.REVISED) == (row["earlier"] is not None), key
     # the arms' check keeps the runs of the headline's earlier design, seen before the check judged its own runs
     assert rows["chen-banana-accuracy-glorot"]["rule_status"] == ledger.UNKNOWN
@@ -664,9 +665,9 @@ def test_the_rule_status_is_what_the_history_of_the_caches_and_of_the_rules_show
                      "rules": {**today, "fake-later": "0" * 16}})
     rows = {row["key"]: row for row in ledger.ledger_rows()}
     assert {key: row["rule_status"] for key, row in rows.items()} == {
-        "fake-fixed": ledger.FIXED, "fake-reworded": ledger.REWORDED, "fake-rewritten": ledger.REFACTORED,
-        "fake-revised": ledger.REVISED, "fake-later": ledger.REVISED, "fake-relabelled": ledger.REWORDED,
-        "fake-new": ledger.WRITTEN_AFTER}
+        "fake-fixed": rulestatus.FIXED, "fake-reworded": rulestatus.REWORDED, "fake-rewritten": rulestatus.REFACTORED,
+        "fake-revised": rulestatus.REVISED, "fake-later": rulestatus.REVISED, "fake-relabelled": rulestatus.REWORDED,
+        "fake-new": rulestatus.WRITTEN_AFTER}
     assert {row["verdict"] for row in rows.values()} == {REPRODUCED, NOT_REPRODUCED}
     assert (rows["fake-revised"]["verdict"], rows["fake-revised"]["earlier"]) == (NOT_REPRODUCED, REPRODUCED)
     assert all(row["earlier"] is None for key, row in rows.items() if key != "fake-revised")  # fake-later: unread
