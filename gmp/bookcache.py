@@ -3,7 +3,7 @@
 Jupyter Book (``execute_notebooks: cache``) re-executes a page only when its code cells
 change. A chapter's output also depends on the package ``gmp`` and on its cached
 paper-scale results in ``book/_results/<chapter>/`` and on those of any chapter whose cache
-it reads; when either changes, this drops the chapter's cached execution so the next build
+it or its experiment module reads; when either changes, this drops the chapter's cached execution so the next build
 runs it again. With ``--jobs``, it then executes the pages that have no cached execution, that
 many at a time, each in its own kernel, and keeps each in the cache as it finishes, so the
 build that follows only renders them. ``make book`` calls it first:
@@ -56,19 +56,37 @@ KERNEL_NOTICE = re.compile(r"WARNING \| Kernel is running over TCP without encry
 READS_OTHER = re.compile(r"""\bcached\(\s*["'](\w+)["']""")
 """A page's call ``gmp.results.cached("<chapter>", ...)``, by which it reads that chapter's cached results too."""
 
+MODULE_READS = re.compile(r"""(?:\bcached\(\s*|\bchapter=)["'](\w+)["']""")
+"""In a chapter's experiment module, a call that reads another chapter's cached results (an arms chapter's reference
+runs), or the chapter of an earlier design kept as a check (``EarlierDesign(chapter=...)``), whose verdict on that
+chapter's cache the page shows."""
+
+
+def _module_sources(chapter: str, root: Path) -> list[Path]:
+    """The sources of ``gmp/experiments/<chapter>.py``, or of the package ``gmp/experiments/<chapter>/``."""
+    experiments = root / "gmp" / "experiments"
+    module = experiments / f"{chapter}.py"
+    return [module] if module.is_file() else sorted((experiments / chapter).rglob("*.py"))
+
+
+def reads(page: Path, root: Path) -> list[str]:
+    """The chapters that have cached results which the page shows: its own, those it names in a
+    ``cached("<chapter>", ...)`` call, and those its experiment module reads (:data:`MODULE_READS`)."""
+    found = {page.stem, *READS_OTHER.findall(page.read_text(encoding="utf-8"))}
+    for source in _module_sources(page.stem, root):
+        found.update(MODULE_READS.findall(source.read_text(encoding="utf-8")))
+    return sorted(name for name in found if (root / RESULTS_PATH / name).is_dir())
+
 
 def fingerprint(page: Path, root: Path, package: str | None = None) -> str:
     """Hash of the package sources (``package``, computed when not given) and of the cached
-    results the page reads: its own chapter's and those of every chapter it names in a
-    ``cached("<chapter>", ...)`` call."""
+    results the page shows (:func:`reads`)."""
     digest = hashlib.sha256((package or package_digest(root)).encode())
-    chapters = sorted({page.stem, *READS_OTHER.findall(page.read_text(encoding="utf-8"))})
-    for chapter in chapters:
+    for chapter in reads(page, root):
         results = root / RESULTS_PATH / chapter
-        if results.is_dir():
-            kept = [p for p in results.rglob("*") if p.is_file()
-                    and not any(part.startswith((".", "_")) for part in p.relative_to(results).parts)]
-            _hash_files(digest, kept, root)
+        kept = [p for p in results.rglob("*") if p.is_file()
+                and not any(part.startswith((".", "_")) for part in p.relative_to(results).parts)]
+        _hash_files(digest, kept, root)
     return digest.hexdigest()
 
 

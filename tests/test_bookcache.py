@@ -79,6 +79,24 @@ def test_a_page_that_reads_another_chapters_cache_is_invalidated_by_it(tmp_path)
     assert bookcache.fingerprint(other, tmp_path) == other_before  # chen_uci names no other chapter
 
 
+@pytest.mark.parametrize("source", ['earlier_design=EarlierDesign(kept_as="x", chapter="chen_levy_arms")',
+                                    'entry = _results.cached(\n    "chen_levy_arms", "arms", cfg.scale)'])
+def test_a_page_whose_experiment_module_reads_another_chapters_cache_is_invalidated_by_it(tmp_path, source):
+    """chen_banana's page shows the verdict of its earlier design kept as a check in chen_banana_arms, and an arms
+    page the chapter's runs read from its cache, through their modules: the page names neither chapter."""
+    page, other = _repo(tmp_path)
+    (tmp_path / "gmp" / "experiments").mkdir()
+    (tmp_path / "gmp" / "experiments" / "chen_levy.py").write_text(f"CLAIMS = [Claim({source})]\n")
+    results = tmp_path / "book" / "_results" / "chen_levy_arms" / "paper"
+    results.mkdir(parents=True)
+    (results / "arms.json").write_text("{}")
+    before, other_before = bookcache.fingerprint(page, tmp_path), bookcache.fingerprint(other, tmp_path)
+    (results / "arms.json").write_text('{"rerun": true}')
+    assert bookcache.fingerprint(page, tmp_path) != before
+    assert bookcache.fingerprint(other, tmp_path) == other_before
+    assert bookcache.reads(page, tmp_path) == ["chen_levy_arms"] and bookcache.reads(other, tmp_path) == []
+
+
 def test_a_notebook_page_whose_last_execution_failed_is_read_again(tmp_path):
     """A failed execution is not cached; unless the page is read again, Sphinx keeps its empty outputs."""
     page, other = _repo(tmp_path)
