@@ -134,7 +134,7 @@ def test_a_diverged_plain_network_counts_as_chance_so_its_gpn_twin_trains_better
     # Plain ELU and ReLU diverge on CIFAR-10: chance (10%), which their GPN twins beat (a NaN comparison did not).
     diverged = _lu_real_payload(table, diverged={("cifar10", "ELU"), ("cifar10", "ReLU")})
     measured, verdict = better.evaluate(diverged)
-    assert verdict == REPRODUCED and "CIFAR-10 ELU at epoch 3" in measured
+    assert verdict == REPRODUCED and "CIFAR-10 ELU at epoch 4" in measured  # diverged_epoch 3 counts from 0
     assert trainable.evaluate(diverged)[1] == REPRODUCED
     assert untrainable.evaluate(diverged)[1] == REPRODUCED
     # A diverged GPN network counts as chance too: now worse than its plain twin.
@@ -209,6 +209,13 @@ def test_levy_stable_earlier_rule_judged_a_diverged_gmp_run_by_its_moves_where_t
     assert claim.evaluate(diverged, claim.earlier.check) == claim.evaluate(payload)
     first["max_move"] = None
     assert claim.evaluate(diverged, claim.earlier.check)[1] == NOT_REPRODUCED
+    # a diverged run of another method counts as an unbounded move, as the rule says (it was judged by the move it
+    # had made before diverging, 3 here, below the 10 the rule asks of each); the earlier rule judged it so
+    other = copy.deepcopy(payload)
+    sp = next(iter(other["runs"]["SP"].values()))
+    sp["diverged"], sp["diverged_epoch"], sp["max_move"] = True, 9, 3.0
+    assert claim.evaluate(other)[1] == REPRODUCED
+    assert claim.evaluate(other, claim.earlier.check)[1] == PARTLY
 
 
 def test_levy_rmse_partly_means_lowest_mean_in_most_seeds_not_beyond_noise_and_divergence_counts_as_chance():

@@ -257,7 +257,8 @@ def _gmp_moves_less(payload: Mapping[str, Any]) -> tuple[str, str]:
     runs = payload["runs"]
     seeds = list(runs["GmP"])
     gmp_max = [runs["GmP"][s]["max_move"] for s in seeds]
-    others = {m: [runs[m][s]["max_move"] for s in seeds] for m in payload["methods"] if m != "GmP"}
+    others = {m: [math.inf if runs[m][s]["diverged"] else runs[m][s]["max_move"] for s in seeds]
+              for m in payload["methods"] if m != "GmP"}
     factor = CONFIG["paper"]["far_factor"]
     if any(v is None for v in gmp_max) or _diverged(payload, "GmP"):
         return f"GmP diverged or recorded no move ({', '.join(_diverged(payload, 'GmP')) or 'no move'})", \
@@ -313,9 +314,10 @@ def _majority_margin(payload: Mapping[str, Any]) -> str:
 def _earlier_gmp_moves_less(payload: Mapping[str, Any]) -> tuple[str, str]:
     """The rule of ``chen-levy-stable`` in force when its paper-scale run was made (replaced by dca65ed), kept to be
     applied to the later run the chapter caches (the rule at that run's commit, which the ledger can read from git,
-    is today's): today's rule except that a GmP run that diverged was judged by how far it had moved, not failed.
-    It decides as the rule did at commit 1cc9952, where a GmP run without a move also failed the claim."""
-    runs = {method: {seed: {**run, "diverged": False} for seed, run in by_seed.items()} if method == "GmP" else by_seed
+    is today's): today's rule except that a run that diverged was judged by how far it had moved, a GmP run not
+    failed and another method's not counted as an unbounded move. It decides as the rule did at commit 1cc9952,
+    where a GmP run without a move also failed the claim."""
+    runs = {method: {seed: {**run, "diverged": False} for seed, run in by_seed.items()}
             for method, by_seed in payload["runs"].items()}
     return _gmp_moves_less({**payload, "runs": runs})
 

@@ -251,6 +251,10 @@ def judge(chapter: str, claim: Claim) -> Judgement:
             measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
             status, note = ((REFACTORED, refactor_note) if status == FIXED else
                             (status, f"{note} {refactor_note.replace('Rule refactored', 'Also refactored', 1)}"))
+        elif old is None and claim.earlier is not None:  # the rule at the run is unreadable; the earlier one is kept
+            _, earlier_note, earlier = _rule_status(claim, entry.provenance or {}, refactored=True)
+            measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
+            note = f"{note} {earlier_note}"
     why, caveat = "", ""
     if verdict in KIND_VERDICTS[claim.kind]:  # a payload the rule could read
         why = claim.provisional(entry.payload) if callable(claim.provisional) else claim.provisional

@@ -48,7 +48,9 @@ def _acc(result: Mapping[str, Any], key: str = "train_acc") -> float:
 
 
 def _diverged_text(payload: Mapping[str, Any], labels: list[str]) -> str:
-    runs = [f"{DATASET_LABELS[d]} {label} at epoch {payload['runs'][d][label]['diverged_epoch']}"
+    """Which networks diverged, each with the epoch it diverged in, counted from 1 as the tables count them (a
+    result's ``diverged_epoch`` counts from 0)."""
+    runs = [f"{DATASET_LABELS[d]} {label} at epoch {payload['runs'][d][label]['diverged_epoch'] + 1}"
             for d in _datasets(payload) for label in labels
             if label in payload["runs"][d] and payload["runs"][d][label]["diverged"]]
     return f"; diverged, counted as chance (10%): {', '.join(runs)}" if runs else ""
