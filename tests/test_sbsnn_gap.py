@@ -56,3 +56,23 @@ def test_effects_sentence_names_the_extreme_changes_and_the_shortfall():
     text = sbsnn_gap.effects_sentence(payload, 1e-5)
     assert text == ("the changes move the best PSNR by -1.0 dB (Nyquist L instead of SIREN's) to +3.0 dB "
                     "(unit first layer), while the best fit stays 33.0 dB short of an MSE of 1e-05")
+
+
+def test_the_table_gives_each_scales_own_statistics_and_bound_beside_its_best_psnr():
+    """The initial statistics and the low-pass bound depend on the image's side and the encoder's L: a build's are
+    shown beside paper scale's, each under its own scale, not one scale's beside the other's best PSNR."""
+    import copy
+    import json
+
+    from gmp import results
+
+    paper = json.loads((results.results_root() / "sbsnn_gap" / "paper" / "variants.json").read_text())
+    live = copy.deepcopy(paper)
+    row = live["rows"]["default"]
+    row["band_limit_psnr"], row["z_mean_square"], row["varying_share"] = 19.25, 0.125, 0.75
+    cells = sbsnn_gap.table(live, paper, "current").data.set_index("network (√2 sin(x + π/4))").loc[
+        sbsnn_gap.LABELS["default"]]
+    bound = paper["rows"]["default"]["band_limit_psnr"]
+    assert cells["low-pass bound, dB (this build / paper)"] == f"19.2 / {bound:.1f}"
+    assert cells["mean square of first pre-activation (this build / paper)"].startswith("0.125 / ")
+    assert cells["pixel-dependent share of first activation (this build / paper)"].startswith("0.750 / ")

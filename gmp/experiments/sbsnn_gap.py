@@ -234,7 +234,8 @@ def _bound(value: float | None) -> str:
 
 
 def table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str):
-    """Per variant: settings, initial statistics, low-pass bound and best PSNR, this build and paper scale."""
+    """Per variant: settings, initial statistics, low-pass bound and best PSNR, each of this build and of paper scale
+    (the statistics and the bound depend on the image's side and the encoder's L, which the scales set apart)."""
     import pandas as pd
 
     missing = missing_cell(status)
@@ -249,9 +250,10 @@ def table(live: Mapping[str, Any], cached: Mapping[str, Any] | None, status: str
             "L (this build / paper)": both(lambda r: str(r["levels"])) if row["levels"] else "—",
             "first layer (this build / paper)": both(lambda r: f"gain {r['first_gain']:.2f}") if row["levels"]
             else f"ω0 = {row['omega_0']:g}, output ×{row['siren_scale']:.2f}",
-            "mean square of first pre-activation": f"{row['z_mean_square']:.3f}",
-            "pixel-dependent share of first activation": f"{row['varying_share']:.3f}",
-            "low-pass bound (dB)": _bound(row["band_limit_psnr"]),
+            "mean square of first pre-activation (this build / paper)": both(lambda r: f"{r['z_mean_square']:.3f}"),
+            "pixel-dependent share of first activation (this build / paper)": both(
+                lambda r: f"{r['varying_share']:.3f}"),
+            "low-pass bound, dB (this build / paper)": both(lambda r: _bound(r["band_limit_psnr"])),
             "best PSNR, this build (dB)": f"{row['best_psnr']:.2f}",
             "best PSNR, paper scale (dB)": f"{other['best_psnr']:.2f}" if other else missing,
         })
