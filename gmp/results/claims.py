@@ -238,9 +238,8 @@ class Claim:
         rule whose :attr:`test` cannot reach its level gives :data:`INCONCLUSIVE`, saying why.
 
         A rule never compares a NaN of the payload (a diverged network's best PSNR, say): each NaN is handed to
-        the rule as a ``_PayloadNaN``, whose comparisons raise, and a list that holds one refuses to become a numpy
-        array; a finding's rule that compares one, or hands such a list to numpy, is then :data:`INCONCLUSIVE`,
-        saying where the NaN is, and an identity's raises :class:`NaNCompared`."""
+        the rule as a ``_PayloadNaN``, whose comparisons raise; a finding's rule that compares one is then
+        :data:`INCONCLUSIVE`, saying where the NaN is, and an identity's raises :class:`NaNCompared`."""
         try:
             measured, verdict = (check or self.check)(_strict(payload, "payload"))
         except NaNCompared as err:
@@ -286,37 +285,16 @@ class _PayloadNaN(float):
     __hash__ = float.__hash__
 
 
-class _ListWithNaN(list):
-    """A payload's list that holds a ``_PayloadNaN``: numpy, which reads a float's value without comparing it
-    (``np.mean``, ``np.asarray``, ``np.maximum``), is refused it with :class:`NaNCompared`, naming the NaN."""
-
-    def __array__(self, *args: Any, **kwargs: Any) -> Any:
-        raise NaNCompared(self.nan)
-
-
 def _strict(value: Any, where: str) -> Any:
     """``value`` (a payload: JSON's dicts, lists and numbers) with each float NaN replaced by a ``_PayloadNaN``
-    naming where it is, and each list or tuple that holds one (at any depth) by a ``_ListWithNaN``."""
+    naming where it is."""
     if isinstance(value, float) and math.isnan(value):
         return _PayloadNaN(where)
     if isinstance(value, Mapping):
         return {k: _strict(v, f"{where}[{k!r}]") for k, v in value.items()}
     if type(value) in (list, tuple):
-        items = [_strict(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        nan = next((where for where in map(_first_nan, items) if where is not None), None)
-        if nan is None:
-            return type(value)(items)
-        strict = _ListWithNaN(items)
-        strict.nan = nan
-        return strict
+        return type(value)(_strict(v, f"{where}[{i}]") for i, v in enumerate(value))
     return value
-
-
-def _first_nan(value: Any) -> str | None:
-    """Where the first NaN of a value that :func:`_strict` made is (None where it holds none)."""
-    if isinstance(value, _PayloadNaN):
-        return value.where
-    return value.nan if isinstance(value, _ListWithNaN) else None
 
 
 RULE_HASH = "rule-syntax"
