@@ -203,6 +203,24 @@ def test_a_run_records_the_rules_of_its_chapters_claims(chapter, tmp_path, monke
     assert results.run_code("no_such_chapter") == results.code_fingerprint()
 
 
+def test_an_earlier_rule_keeps_its_verdict_where_the_rule_at_the_run_cannot_be_read(monkeypatch):
+    """A claim replaced after a run of its design, whose rule's hash also differs from the one its cache recorded,
+    made at a commit with uncommitted changes (so git cannot give the rule it ran with): the row stays revised,
+    says both, and still shows the earlier rule's verdict (it showed none)."""
+    from gmp.experiments import chen_levy
+    from gmp.results import cache
+
+    claim = {c.key: c for c in chen_levy.CLAIMS}["chen-levy-stable"]
+    entry = cache.cached("chen_levy", claim.result, "paper")
+    code = {**entry.provenance["code"], "rules": {**entry.provenance["code"]["rules"], claim.key: "0" * 16}}
+    unreadable = dataclasses.replace(entry, provenance={**entry.provenance, "code": code, "commit": "0" * 40 + "+dirty"})
+    monkeypatch.setattr(ledger._cache, "cached", lambda chapter, name, scale="paper": unreadable)
+    judged = ledger.judge("chen_levy", claim)
+    assert judged.rule_status == ledger.REVISED
+    assert "cannot be told" in judged.rule_note and "RULE REVISED after an earlier paper-scale run" in judged.rule_note
+    assert judged.earlier == claim.evaluate(entry.payload, claim.earlier.check)
+
+
 def test_every_rule_replaced_after_its_committed_run_shows_both_verdicts():
     """On the committed caches, each claim whose rule was replaced after a paper-scale run of its design shows
     the verdict of the rule in force at that run beside today's; the others say that their rule was fixed

@@ -154,3 +154,25 @@ def test_the_readmes_lease_numbers_are_the_kept_leases():
     assert found.groups() == (f"{floor:.2f}", last["date"][:10], f"{twelve['ms_per_step']:.1f}",
                               f"{twelve['ms_per_step'] / (12 * floor):.1f}", f"{twelve['group_minutes']:.1f}")
     assert f"({last['fits']} by the last lease's)" in text
+
+
+def test_a_kept_lease_gives_each_timed_stacks_kernels_and_its_time_per_kernel(tmp_path):
+    """lu_real's chapter computes the launches' share of the step from the lease's record: kernels per step and the
+    microseconds a kernel took in a replayed graph, as the measurement wrote them."""
+    import json
+
+    from gmp.experiments.lu_real import lease_measurements
+
+    summary = {"environment": {"date": "2026-12-01 10:00:00 UTC", "gpu": "G"},
+               "lu_real": {"probes": [{"networks": 12, "seconds_per_step": 0.01, "group_minutes": 8.0}]}}
+    measure = {"depth": 200, "width": 500, "batch": 64, "kernel_us": 1.25,
+               "steps": [{"networks": 12, "mode": "CUDA graph, stacked kernels", "ms_per_step": 10.0,
+                          "kernels_per_step": 1300}]}
+    (tmp_path / "20261201-100000-summary.json").write_text(json.dumps(summary))
+    (tmp_path / "20261201-100000-measure.json").write_text(json.dumps(measure))
+    (lease,) = lease_measurements(tmp_path)
+    assert lease["kernel_us"] == 1.25
+    assert lease["steps"] == [{"networks": 12, "mode": "CUDA graph, stacked kernels", "ms_per_step": 10.0,
+                               "kernels_per_step": 1300, "kernels_per_layer_step": 6.5}]
+    (tmp_path / "20261201-100000-measure.json").unlink()
+    assert lease_measurements(tmp_path)[0]["kernel_us"] is None and lease_measurements(tmp_path)[0]["steps"] == []

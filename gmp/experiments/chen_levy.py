@@ -266,7 +266,8 @@ def _gmp_moves_less(payload: Mapping[str, Any]) -> tuple[str, str]:
     worst_gmp = max(gmp_max)
     least_other = {m: min(math.inf if v is None else v for v in vals) for m, vals in others.items()}
     text = (f"largest GmP move {worst_gmp:.3g} over {len(seeds)} seed(s); smallest largest move of the others: "
-            + ", ".join(f"{m} {v:.3g}" for m, v in least_other.items()))
+            + ", ".join(f"{m} {v:.3g}" + (f" (diverged, unbounded: {', '.join(gone)})" if (gone := _diverged(payload, m))
+                                          else "") for m, v in least_other.items()))
     if worst_gmp < PAPER["gmp_max_move_below"] and all(v >= factor for v in least_other.values()):
         return text, REPRODUCED
     if all(worst_gmp < v for v in least_other.values()):

@@ -115,8 +115,7 @@ def _cached_reference(cfg: Config, seeds: Sequence[int]) -> dict[str, Any] | Non
     epochs, say, computes its own reference rather than reading runs of another setting)."""
     entry = _results.cached("chen_levy", "fig2", cfg.scale)
     wanted = {str(s) for s in seeds}
-    chapter = Config(cfg.chapter, cfg.scale, load("chen_levy", cfg.scale))
-    if (entry.current and _reference_config(chapter).digest == _reference_config(cfg).digest
+    if (entry.current and _reference_config(load("chen_levy", cfg.scale)).digest == _reference_config(cfg).digest
             and all(wanted <= set(entry.payload["runs"][m]) for m in cfg.methods)):
         p = entry.provenance or {}
         return {"source": f"the chapter's {cfg.scale}-scale cache (run of {p.get('date', '?')}, "

@@ -7,8 +7,8 @@ half-sphere ``u_n >= 0`` (the chapter's ``gmp_init="glorot_half"``). The arms: G
 WN and BN at 0.1; GmP with the paper text's initialisation (uniform directions, ``r = 1``); GmP
 with the book's exact conversion of the same Glorot draw (``"glorot"``, no fold).
 
-Cost: Naval and Power take three quarters of the chapter's run time (its page gives the hours, from
-the chapter's cache). The arms therefore run on the clean protocol only (the one the chapter's
+Cost: Naval and Power take most of the chapter's run time (its page gives the hours and the share,
+from the chapter's cache). The arms therefore run on the clean protocol only (the one the chapter's
 claims are judged on), with the chapter's ten seeds, on the six data sets of the claim "GmP best
 on every data set but Naval"; Naval, which that claim leaves out, is left out; the scales below
 say so. The chapter's runs at the official rates are read from its cache at the same scale when

@@ -24,10 +24,9 @@ from gmp.results import rulestatus
 from gmp.results.rulestatus import FIXED, MALFORMED, REFACTORED, REVISED, UNKNOWN, WRITTEN_AFTER
 from gmp.results import cache as _cache
 from gmp.results import claims as _claims
-from gmp.results.claims import NotYetRun
 from gmp.results import files as _files
 from gmp.results import fragility as _fragility
-from gmp.results.claims import (CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPERS, SOURCES, STALE, Claim,
+from gmp.results.claims import (CORRUPT, IDENTITY, KIND_VERDICTS, NOT_RUN, PAPERS, SOURCES, STALE, Claim, NotYetRun,
                                 rule_digest)
 
 PROVISIONAL = "provisional"
@@ -247,13 +246,11 @@ def judge(chapter: str, claim: Claim) -> Judgement:
         status, note, old = _judged_at_run(chapter, claim, entry.provenance, entry.payload, recorded[claim.key], verdict)
         if status == REFACTORED:  # the rule decides as at the run: what else is known of it still holds
             refactor_note = note
-            status, note, earlier = _rule_status(claim, entry.provenance or {}, refactored=True)
-            measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
+            status, note, measured, verdict, old = _as_todays_rule(claim, entry)
             status, note = ((REFACTORED, refactor_note) if status == FIXED else
                             (status, f"{note} {refactor_note.replace('Rule refactored', 'Also refactored', 1)}"))
         elif old is None and claim.earlier is not None:  # the rule at the run is unreadable; the earlier one is kept
-            _, earlier_note, earlier = _rule_status(claim, entry.provenance or {}, refactored=True)
-            measured, verdict, old = _evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
+            _, earlier_note, measured, verdict, old = _as_todays_rule(claim, entry)
             note = f"{note} {earlier_note}"
     why, caveat = "", ""
     if verdict in KIND_VERDICTS[claim.kind]:  # a payload the rule could read
@@ -271,6 +268,12 @@ def judge(chapter: str, claim: Claim) -> Judgement:
                      rule_status=status, rule_note=note, earlier=old, earlier_label=label,
                      earlier_gave=gave, design=_design(claim), caveat=caveat,
                      others=_fragility.fragility(claim, entry.payload, verdict, measured))
+
+
+def _as_todays_rule(claim: Claim, entry: _cache.Cached) -> tuple[str, str, str, str, tuple[str, str] | None]:
+    """``(status, sentence, measured, verdict, earlier)`` with the run's recorded rule hash counted as today's."""
+    status, note, earlier = _rule_status(claim, entry.provenance or {}, refactored=True)
+    return status, note, *_evaluate(claim, entry.payload, f"the cached {claim.result}.json is", earlier)
 
 
 def _judged_at_run(chapter: str, claim: Claim, provenance: Mapping[str, Any], payload: Mapping[str, Any],

@@ -98,7 +98,8 @@ def lease_measurements(leases: Path | None = None) -> list[dict[str, Any]]:
     """What each GPU lease kept in the repository (``book/_results/lu_real/leases/``, written by
     ``python -m gmp.gpu merge``) measured of the stacked step, oldest first: the date and GPU, each probe of
     the planner (networks, milliseconds per step, minutes its group's epochs need), the measurement's
-    milliseconds per step and kernels per square layer-step for each stack it timed, what the lease
+    milliseconds per step and kernels per step and per square layer-step for each stack it timed, the
+    microseconds a kernel took in a replayed graph of small ones (``kernel_us``), what the lease
     trained, the float32 floor of a step per network (:func:`floor_per_network_step`,
     at the run's depth, width and batch), and ``fits``: the most networks of a probe whose group's epochs fit in
     what a lease has left to train (:data:`LEASE_MINUTES` less :data:`START_AND_MEASURE_MINUTES`), 0 if none."""
@@ -123,8 +124,10 @@ def lease_measurements(leases: Path | None = None) -> list[dict[str, Any]]:
                     "probes": probes, "fits": max([p["networks"] for p in probes if p["group_minutes"]
                                                    <= LEASE_MINUTES - START_AND_MEASURE_MINUTES], default=0),
                     "steps": [{"networks": s["networks"], "mode": s["mode"], "ms_per_step": s["ms_per_step"],
+                               "kernels_per_step": s["kernels_per_step"],
                                "kernels_per_layer_step": s["kernels_per_step"] / (depth or 200)}
                               for s in measured.get("steps", [])],
+                    "kernel_us": measured.get("kernel_us"),
                     "trained": run.get("networks", []) if run.get("finished") else [], "status": run.get("status"),
                     "floor_ms_per_network_step": 1e3 * floor})
     return out
