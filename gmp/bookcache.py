@@ -165,7 +165,7 @@ def _uninterrupted(write: Callable[[], Any]) -> None:
 def _execute(page: Path, root: Path, threads: str) -> tuple[str, float, str | None]:
     """Run ``page`` as the build would (in its own folder, by jupyter-cache's executor, with the book's timeout
     and error setting) on ``threads`` threads; return the executed notebook as JSON, its seconds and the error's
-    traceback or None."""
+    traceback or None. Where its kernel dies, it raises (nbclient's ``DeadKernelError``)."""
     import nbformat
     from jupyter_cache.executors.utils import single_nb_execution
 
@@ -227,7 +227,10 @@ def execute_pending(path_output: Path, root: Path, jobs: int, echo=print) -> dic
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     page = running.pop(future)
-                    text, seconds, error = future.result()
+                    try:
+                        text, seconds, error = future.result()
+                    except Exception as err:  # its kernel or worker died (out of memory, say): the page fails
+                        text, seconds, error = None, None, f"{type(err).__name__}: {err}"
                     name = page.relative_to(root / "book").with_suffix("")
                     if error is None:
                         _uninterrupted(lambda: cache.cache_notebook_bundle(CacheBundleIn(
@@ -237,8 +240,9 @@ def execute_pending(path_output: Path, root: Path, jobs: int, echo=print) -> dic
                         echo(f"  [{finished + len(failed)}/{len(pending)}] {name}: {seconds:.0f} s")
                     else:
                         failed[str(page)] = error
-                        echo(f"  [{finished + len(failed)}/{len(pending)}] {name}: FAILED after {seconds:.0f} s; the "
-                             f"build runs it again and reports the error. Its last lines:\n"
+                        echo(f"  [{finished + len(failed)}/{len(pending)}] {name}: FAILED"
+                             + (f" after {seconds:.0f} s" if seconds is not None else "")
+                             + "; the build runs it again and reports the error. Its last lines:\n"
                              + "\n".join(error.splitlines()[-8:]))
         except KeyboardInterrupt:
             pool.shutdown(cancel_futures=True)

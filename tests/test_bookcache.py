@@ -134,17 +134,21 @@ def _rendezvous(me, other):
 
 def test_pages_without_a_cached_execution_run_side_by_side_and_are_kept_for_the_build(tmp_path, capfd):
     """``--jobs 2`` runs two pages at the same time (each waits for the other), keeps each executed notebook under
-    the key the build looks it up by, leaves a page that failed uncached with its traceback, and leaves alone the
-    pages the build executes on every read and those already cached. What a kernel writes to its own stderr is
+    the key the build looks it up by, leaves a page that failed uncached with its traceback (also one whose kernel
+    died, as the kernel of a page out of memory does; that stopped the command with a traceback), and leaves alone
+    the pages the build executes on every read and those already cached. What a kernel writes to its own stderr is
     passed on, less the notice each kernel prints as it starts."""
     pages = _book(tmp_path, {"part1/a": _rendezvous("a", "b"), "part1/b": _rendezvous("b", "a"),
                              "part1/bad": "import os\nos.write(2, b'said by the kernel itself\\n')\n"
-                                          "raise ValueError('no data here')", "force_ledger": "x = 1"})
+                                          "raise ValueError('no data here')", "force_ledger": "x = 1",
+                             "part1/dies": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"})
     lines = []
     failed = bookcache.execute_pending(tmp_path, tmp_path, 2, echo=lines.append)
     kernel_err = capfd.readouterr().err
     assert "said by the kernel itself" in kernel_err and "Kernel is running over TCP" not in kernel_err
-    assert list(failed) == [str(pages["part1/bad"])] and "ValueError: no data here" in failed[str(pages["part1/bad"])]
+    assert sorted(failed) == [str(pages["part1/bad"]), str(pages["part1/dies"])]
+    assert "ValueError: no data here" in failed[str(pages["part1/bad"])]
+    assert "DeadKernelError" in failed[str(pages["part1/dies"])]
     cache = get_cache(tmp_path / "_build" / ".jupyter_cache")
     assert sorted(r.uri for r in cache.list_cache_records()) == [str(pages["part1/a"]), str(pages["part1/b"])]
     for name in ("part1/a", "part1/b"):
@@ -153,11 +157,11 @@ def test_pages_without_a_cached_execution_run_side_by_side_and_are_kept_for_the_
         assert [output.get("text") for output in code[0].outputs] == [f"{name[-1]} met {'ba'[name[-1] == 'b']}\n"]
         assert (pages[name].parent / f"{name[-1]}.ready").is_file()  # in the page's own folder, as the build runs it
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // 2))
-    assert lines[0] == f"gmp.bookcache: executing 3 page(s), 2 at a time, {threads} thread(s) each"
+    assert lines[0] == f"gmp.bookcache: executing 4 page(s), 2 at a time, {threads} thread(s) each"
     assert any("bad: FAILED" in line and "ValueError: no data here" in line for line in lines)
     again = []
-    assert list(bookcache.execute_pending(tmp_path, tmp_path, 1, echo=again.append)) == [str(pages["part1/bad"])]
-    assert again[0].startswith("gmp.bookcache: executing 1 page(s), 1 at a time")
+    assert sorted(bookcache.execute_pending(tmp_path, tmp_path, 1, echo=again.append)) == sorted(failed)
+    assert again[0].startswith("gmp.bookcache: executing 2 page(s), 1 at a time")
 
 
 def test_a_ctrl_c_keeps_the_pages_executed_stops_the_others_and_leaves_no_kernel_behind(tmp_path):
